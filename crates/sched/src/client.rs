@@ -1,0 +1,84 @@
+//! Per-download state.
+
+use crate::event::Nanos;
+use circus_core::{BlockIdx, BlockSet, FileId};
+use serde::Serialize;
+
+/// The part a client plays in its file's active region (paper, Fig. 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Drawing blocks from the active region.
+    Follower,
+    /// The client whose reads most recently advanced the region.
+    Frontrunner,
+    /// Holds at least the threshold fraction of its file and may read
+    /// outside the region.
+    Independent,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct ClientState {
+    pub file: FileId,
+    /// Blocks received or queued: never picked again.
+    pub have: BlockSet,
+    /// Blocks picked but not yet handed to the socket, in pick order.
+    pub queue: Vec<BlockIdx>,
+    /// Blocks handed to the socket.
+    pub delivered: u32,
+    /// Where this client's own scan resumes (sequential and private reads).
+    pub cursor: BlockIdx,
+    pub role: Role,
+    pub rate: RateMeter,
+}
+
+impl ClientState {
+    pub fn new(file: FileId, have: BlockSet, now: Nanos, queue_len: u32) -> Self {
+        let delivered = have.len();
+        let cursor = circus_core::first_in(0, have.capacity(), |w| have.missing_word(w)).unwrap_or(0);
+        Self {
+            file,
+            have,
+            queue: Vec::with_capacity(queue_len as usize),
+            delivered,
+            cursor,
+            role: Role::Follower,
+            rate: RateMeter::new(now),
+        }
+    }
+
+    /// Every block picked; nothing left to choose.
+    pub fn all_picked(&self) -> bool {
+        self.have.is_full()
+    }
+}
+
+/// Exponentially weighted send rate, for status reports only: scheduling
+/// decisions never depend on it, so a clock jump cannot change what is sent.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RateMeter {
+    last: Nanos,
+    bytes_per_sec: f64,
+}
+
+impl RateMeter {
+    /// Time constant of the average.
+    const TAU_SECS: f64 = 2.0;
+
+    pub fn new(now: Nanos) -> Self {
+        Self { last: now, bytes_per_sec: 0.0 }
+    }
+
+    pub fn record(&mut self, now: Nanos, bytes: u32) {
+        let dt = now.saturating_sub(self.last) as f64 / 1e9;
+        self.last = now;
+        let keep = (-dt / Self::TAU_SECS).exp();
+        // Bytes spread over the interval since the last sample.
+        let inst = if dt > 0.0 { f64::from(bytes) / dt } else { self.bytes_per_sec };
+        self.bytes_per_sec = keep * self.bytes_per_sec + (1.0 - keep) * inst;
+    }
+
+    pub fn get(&self) -> f64 {
+        self.bytes_per_sec
+    }
+}

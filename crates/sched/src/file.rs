@@ -1,0 +1,67 @@
+//! Per-file state: which blocks are in memory, who waits for them, and the
+//! active region.
+
+use crate::region::Region;
+use circus_core::{BlockIdx, BlockLayout, BlockSet, ClientId, FileId};
+use rustc_hash::FxHashMap;
+
+#[derive(Debug, Clone)]
+pub(crate) struct FileState {
+    pub id: FileId,
+    pub layout: BlockLayout,
+    pub region: Region,
+    /// Blocks whose bytes the driver holds.
+    pub resident: BlockSet,
+    /// Blocks being read: memory reserved, bytes not there yet.
+    pub loading: BlockSet,
+    /// Blocks a client queued that wait for memory before they can be read.
+    pub deferred: BlockSet,
+    /// Queue entries referring to each block. A pinned block is never evicted.
+    pub pins: Vec<u16>,
+    /// Eviction key of each idle resident block; 0 when not evictable.
+    pub evict_key: Vec<u64>,
+    /// When each block last entered the active region (orders region blocks
+    /// for eviction under memory pressure: oldest first).
+    pub entered: Vec<u64>,
+    /// Clients queued on a block that is loading or deferred.
+    pub waiters: FxHashMap<BlockIdx, Vec<ClientId>>,
+    /// Active clients, in join order.
+    pub clients: Vec<ClientId>,
+    /// The client whose read last advanced the region.
+    pub frontrunner: Option<ClientId>,
+}
+
+impl FileState {
+    pub fn new(id: FileId, layout: BlockLayout) -> Self {
+        let n = layout.blocks();
+        Self {
+            id,
+            layout,
+            region: Region::new(n),
+            resident: BlockSet::new(n),
+            loading: BlockSet::new(n),
+            deferred: BlockSet::new(n),
+            pins: vec![0; n as usize],
+            evict_key: vec![0; n as usize],
+            entered: vec![0; n as usize],
+            waiters: FxHashMap::default(),
+            clients: Vec::new(),
+            frontrunner: None,
+        }
+    }
+
+    pub fn blocks(&self) -> u32 {
+        self.layout.blocks()
+    }
+
+    /// Word `w` of the blocks a pick can share without a new read.
+    #[inline]
+    pub fn available_word(&self, w: usize) -> u64 {
+        self.resident.word(w) | self.loading.word(w)
+    }
+
+    /// Nothing left worth keeping: no client, no block in memory or wanted.
+    pub fn is_idle(&self) -> bool {
+        self.clients.is_empty() && self.resident.is_empty() && self.loading.is_empty() && self.deferred.is_empty()
+    }
+}

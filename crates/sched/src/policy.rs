@@ -1,0 +1,96 @@
+//! Block-selection policies: given one client with a free queue slot, which
+//! block does it get next? Policies decide; the scheduler acts (pins, reads,
+//! sends, evicts). The rules are numbered as in docs/scheduler.md.
+
+use crate::{cache::IdleOrder, client::ClientState, client::Role, file::FileState};
+use circus_core::{BlockIdx, first_in_circular};
+
+/// Where the chosen block comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pick {
+    /// A block of the active region already resident or loading (rule C1).
+    Shared(BlockIdx),
+    /// The next block past the region: reading it advances the region (C2).
+    Lead(BlockIdx),
+    /// A block taken on the client's own account, outside the region (C3, S1).
+    Private(BlockIdx),
+}
+
+impl Pick {
+    pub fn block(self) -> BlockIdx {
+        match self {
+            Pick::Shared(b) | Pick::Lead(b) | Pick::Private(b) => b,
+        }
+    }
+}
+
+/// What a policy may look at.
+#[derive(Debug)]
+pub(crate) struct PickCtx<'a> {
+    pub file: &'a FileState,
+    pub client: &'a ClientState,
+    /// How far past the file cursor a frontrunner may read, in blocks.
+    pub leap_cap: u32,
+    /// Blocks a client must hold before it turns independent.
+    pub independent_at: u32,
+}
+
+pub(crate) trait Policy: std::fmt::Debug + Send {
+    /// The next block for the client, or `None` when it has picked them all.
+    fn pick(&self, ctx: &PickCtx<'_>) -> Option<(Pick, Role)>;
+    /// How idle blocks outside any region are ordered for eviction.
+    fn idle_order(&self) -> IdleOrder;
+}
+
+/// First block at or after `from` (circularly) that the client lacks.
+fn next_missing(ctx: &PickCtx<'_>, from: BlockIdx) -> Option<BlockIdx> {
+    let n = ctx.file.blocks();
+    first_in_circular(n, from, n, |w| ctx.client.have.missing_word(w))
+}
+
+/// S1: every client reads its file in order from where it started, sharing
+/// only what an LRU cache happens to hold.
+#[derive(Debug)]
+pub(crate) struct Sequential;
+
+impl Policy for Sequential {
+    fn pick(&self, ctx: &PickCtx<'_>) -> Option<(Pick, Role)> {
+        next_missing(ctx, ctx.client.cursor).map(|b| (Pick::Private(b), Role::Independent))
+    }
+
+    fn idle_order(&self) -> IdleOrder {
+        IdleOrder::Lru
+    }
+}
+
+/// The Circus rules C1–C3 (see docs/scheduler.md for the reasons).
+#[derive(Debug)]
+pub(crate) struct Circus;
+
+impl Policy for Circus {
+    fn pick(&self, ctx: &PickCtx<'_>) -> Option<(Pick, Role)> {
+        let (file, client) = (ctx.file, ctx.client);
+        let region = &file.region;
+        let independent = client.have.len() >= ctx.independent_at;
+        let role = if independent { Role::Independent } else { Role::Follower };
+        // C1: the oldest region block in memory that the client lacks. Oldest
+        // first is earliest-deadline-first: it is the next to leave the region.
+        if let Some(b) = first_in_circular(file.blocks(), region.start, region.len, |w| {
+            file.available_word(w) & client.have.missing_word(w)
+        }) {
+            return Some((Pick::Shared(b), role));
+        }
+        // C2: nothing left in the region: lead, unless the client would leap
+        // too far ahead of the file cursor or is independent.
+        let head_next = next_missing(ctx, region.head())?;
+        if !independent && (region.len == 0 || region.dist(region.start, head_next) <= ctx.leap_cap) {
+            return Some((Pick::Lead(head_next), Role::Frontrunner));
+        }
+        // C3: read on its own account from its own cursor; the region stays.
+        next_missing(ctx, client.cursor).map(|b| (Pick::Private(b), role))
+    }
+
+    fn idle_order(&self) -> IdleOrder {
+        IdleOrder::Mru
+    }
+}

@@ -1,0 +1,434 @@
+//! The scheduler: a deterministic state machine. Events in, actions out.
+
+use crate::{
+    cache::Cache,
+    client::ClientState,
+    config::{PolicyKind, SchedConfig},
+    event::{Action, Event, FailReason, Nanos},
+    file::FileState,
+    policy::{Circus, Pick, PickCtx, Policy, Sequential},
+};
+use circus_core::{BlockIdx, BlockLayout, BlockSet, ClientId, FileId};
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
+
+/// Running totals, for metrics and the simulator.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Counters {
+    /// Storage reads issued (blocks).
+    pub reads: u64,
+    /// Bytes of those reads.
+    pub read_bytes: u64,
+    /// Picks served by a block already resident.
+    pub hits: u64,
+    /// Picks that joined a read already in flight.
+    pub joined_reads: u64,
+    pub evictions: u64,
+    pub completed: u64,
+    pub failed: u64,
+}
+
+#[derive(Debug)]
+pub struct Scheduler {
+    pub(crate) cfg: SchedConfig,
+    policy: Box<dyn Policy>,
+    pub(crate) files: FxHashMap<FileId, FileState>,
+    pub(crate) clients: FxHashMap<ClientId, ClientState>,
+    pub(crate) cache: Cache,
+    /// Reads waiting for memory, oldest first.
+    deferred: VecDeque<(FileId, BlockIdx)>,
+    /// Files with at least one client; they share the memory for regions.
+    active_files: u32,
+    out: Vec<Action>,
+    scratch: Vec<BlockIdx>,
+    pub(crate) now: Nanos,
+    counters: Counters,
+}
+
+impl Scheduler {
+    /// # Panics
+    /// If the configuration is invalid; call [`SchedConfig::validate`] first
+    /// to report the problem to a user.
+    pub fn new(cfg: SchedConfig) -> Self {
+        if let Err(e) = cfg.validate() {
+            panic!("invalid scheduler configuration: {e}");
+        }
+        let policy: Box<dyn Policy> = match cfg.policy {
+            PolicyKind::Circus => Box::new(Circus),
+            PolicyKind::Sequential => Box::new(Sequential),
+        };
+        Self {
+            cache: Cache::new(cfg.cache_bytes),
+            cfg,
+            policy,
+            files: FxHashMap::default(),
+            clients: FxHashMap::default(),
+            deferred: VecDeque::new(),
+            active_files: 0,
+            out: Vec::new(),
+            scratch: Vec::new(),
+            now: 0,
+            counters: Counters::default(),
+        }
+    }
+
+    pub fn config(&self) -> &SchedConfig {
+        &self.cfg
+    }
+
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// Bytes resident or being read; never above the budget.
+    pub fn used_bytes(&self) -> u64 {
+        self.cache.used
+    }
+
+    pub fn active_clients(&self) -> usize {
+        self.clients.len()
+    }
+
+    /// Feeds one event; returns the actions it causes, in order. The same
+    /// sequence of `(now, event)` always yields the same actions.
+    pub fn on_event(&mut self, now: Nanos, event: Event) -> std::vec::Drain<'_, Action> {
+        self.now = self.now.max(now);
+        match event {
+            Event::Join { client, file, len, have } => self.join(client, file, len, have),
+            Event::Sent { client, block } => self.sent(client, block),
+            Event::Loaded { file, block } => self.loaded(file, block),
+            Event::ReadFailed { file, block, detail } => self.read_failed(file, block, detail),
+            Event::Leave { client } => self.remove_client(client),
+            Event::Tick => {}
+        }
+        self.pump_deferred();
+        let files = &self.files;
+        self.cache.compact(|key, f, b| files.get(&f).is_some_and(|f| f.evict_key[b as usize] == key));
+        self.out.drain(..)
+    }
+
+    fn join(&mut self, id: ClientId, file_id: FileId, len: u64, have: Option<BlockSet>) {
+        if self.clients.contains_key(&id) {
+            self.out.push(Action::Fail { client: id, reason: FailReason::DuplicateClient });
+            return;
+        }
+        let layout = BlockLayout::new(len, self.cfg.block_size);
+        let n = layout.blocks();
+        let have = match have {
+            Some(h) if h.capacity() != n => {
+                self.fail_unknown(id, FailReason::BadResumeSet { got: h.capacity(), want: n });
+                return;
+            }
+            Some(h) => h,
+            None => BlockSet::new(n),
+        };
+        if let Some(f) = self.files.get(&file_id)
+            && f.layout.len() != len
+        {
+            let reason = FailReason::LengthMismatch { file: file_id, known: f.layout.len(), asked: len };
+            self.fail_unknown(id, reason);
+            return;
+        }
+        if have.is_full() {
+            // Nothing to send (an empty file, or a resume of a finished one).
+            self.counters.completed += 1;
+            self.out.push(Action::Complete { client: id });
+            return;
+        }
+        let file = self.files.entry(file_id).or_insert_with(|| FileState::new(file_id, layout));
+        if file.clients.is_empty() {
+            self.active_files += 1;
+        }
+        file.clients.push(id);
+        let state = ClientState::new(file_id, have, self.now, self.cfg.queue_len);
+        self.clients.insert(id, state);
+        self.fill(id);
+    }
+
+    fn fail_unknown(&mut self, client: ClientId, reason: FailReason) {
+        self.counters.failed += 1;
+        self.out.push(Action::Fail { client, reason });
+    }
+
+    /// Region length each active file may use: the configured active length,
+    /// shrunk so that all regions together fit in three quarters of the
+    /// cache, leaving the rest for queued sends and private reads.
+    fn region_cap(&self, n: u32) -> u32 {
+        let share = self.cfg.cache_blocks() * 3 / 4 / u64::from(self.active_files.max(1));
+        (self.cfg.active_blocks() as u64).min(share.max(1)).min(u64::from(n)) as u32
+    }
+
+    /// Picks blocks for the client until its queue is full or it has picked
+    /// every block of its file.
+    fn fill(&mut self, id: ClientId) {
+        loop {
+            let Some(client) = self.clients.get(&id) else { return };
+            if client.queue.len() >= self.cfg.queue_len as usize || client.all_picked() {
+                return;
+            }
+            let file = &self.files[&client.file];
+            let region_cap = self.region_cap(file.blocks());
+            let ctx = PickCtx {
+                file,
+                client,
+                leap_cap: (f64::from(region_cap) * self.cfg.leapfront) as u32,
+                independent_at: (f64::from(file.blocks()) * self.cfg.threshold).ceil() as u32,
+            };
+            let Some((pick, role)) = self.policy.pick(&ctx) else { return };
+            let file_id = client.file;
+            let client = self.clients.get_mut(&id).expect("client present");
+            let b = pick.block();
+            debug_assert!(!client.have.contains(b), "policy picked block {b} twice for {id}");
+            client.role = role;
+            client.have.insert(b);
+            client.queue.push(b);
+            client.cursor = (b + 1) % client.have.capacity();
+            let lead = matches!(pick, Pick::Lead(_));
+            if lead {
+                self.advance_region(file_id, id, b, region_cap);
+            }
+            if self.enqueue(id, file_id, b) {
+                self.read_ahead(id, file_id, b, lead.then_some(region_cap));
+            }
+        }
+    }
+
+    /// After a storage read of `b` for client `id`, reads up to
+    /// `readahead - 1` following blocks the client lacks, stopping at the end
+    /// of the file, at a block already in memory, or when memory is short.
+    /// They are not pinned: the client picks them later as cache hits. When
+    /// the read was a frontrunner's (`region_cap` given), they join the region.
+    fn read_ahead(&mut self, id: ClientId, file_id: FileId, b: BlockIdx, region_cap: Option<u32>) {
+        for next in (b + 1..).take(self.cfg.readahead as usize - 1) {
+            let file = &self.files[&file_id];
+            let taken = file.resident.contains(next) || file.loading.contains(next) || file.deferred.contains(next);
+            if next >= file.blocks() || taken || self.clients[&id].have.contains(next) {
+                return;
+            }
+            let region = &file.region;
+            let leap_cap = region_cap.map(|cap| (f64::from(cap) * self.cfg.leapfront) as u32);
+            if leap_cap.is_some_and(|leap| region.dist(region.start, next) > leap) {
+                return;
+            }
+            let bytes = u64::from(file.layout.block_len(next));
+            if !self.reserve(bytes) {
+                return;
+            }
+            if let Some(cap) = region_cap {
+                self.advance_region(file_id, id, next, cap);
+            }
+            let file = self.files.get_mut(&file_id).expect("file present");
+            file.loading.insert(next);
+            self.counters.reads += 1;
+            self.counters.read_bytes += bytes;
+            self.out.push(Action::Read { file: file_id, block: next });
+        }
+    }
+
+    /// The frontrunner's pick `b` becomes the region's newest block; the
+    /// oldest blocks slide out and become ordinary idle blocks.
+    fn advance_region(&mut self, file_id: FileId, id: ClientId, b: BlockIdx, cap: u32) {
+        let file = self.files.get_mut(&file_id).expect("file present");
+        file.frontrunner = Some(id);
+        let mut departed = std::mem::take(&mut self.scratch);
+        file.region.extend_to(b, cap, |d| departed.push(d));
+        file.entered[b as usize] = self.cache.next_stamp();
+        let order = self.policy.idle_order();
+        for d in departed.drain(..) {
+            if file.evict_key[d as usize] != 0 {
+                // Idle and keyed as a region block: re-key as outside.
+                let key = self.cache.idle_key(order);
+                file.evict_key[d as usize] = key;
+                self.cache.forget_one();
+                self.cache.push(key, file_id, d);
+            }
+        }
+        self.scratch = departed;
+    }
+
+    /// Pins `b` for the client and sends it, waits for its read, or reads it.
+    /// Returns whether a storage read started.
+    fn enqueue(&mut self, id: ClientId, file_id: FileId, b: BlockIdx) -> bool {
+        let file = self.files.get_mut(&file_id).expect("file present");
+        let i = b as usize;
+        if file.evict_key[i] != 0 {
+            file.evict_key[i] = 0;
+            self.cache.forget_one();
+        }
+        file.pins[i] += 1;
+        if file.resident.contains(b) {
+            self.counters.hits += 1;
+            self.out.push(Action::Send { client: id, file: file_id, block: b });
+            return false;
+        }
+        file.waiters.entry(b).or_default().push(id);
+        if file.loading.contains(b) || file.deferred.contains(b) {
+            self.counters.joined_reads += 1;
+            return false;
+        }
+        self.start_read(file_id, b)
+    }
+
+    /// Reads `b` now if memory allows, else queues it until memory frees.
+    /// Returns whether the read started.
+    fn start_read(&mut self, file_id: FileId, b: BlockIdx) -> bool {
+        let bytes = u64::from(self.files[&file_id].layout.block_len(b));
+        let reserved = self.reserve(bytes);
+        let file = self.files.get_mut(&file_id).expect("a file with waiters is never dropped");
+        if reserved {
+            file.loading.insert(b);
+            self.counters.reads += 1;
+            self.counters.read_bytes += bytes;
+            self.out.push(Action::Read { file: file_id, block: b });
+        } else {
+            file.deferred.insert(b);
+            self.deferred.push_back((file_id, b));
+        }
+        reserved
+    }
+
+    /// Makes room for `bytes`, evicting idle blocks in key order. Returns
+    /// false, evicting nothing more, when only pinned blocks remain.
+    fn reserve(&mut self, bytes: u64) -> bool {
+        while !self.cache.fits(bytes) {
+            let files = &self.files;
+            let victim = self.cache.pop(|key, f, b| files.get(&f).is_some_and(|f| f.evict_key[b as usize] == key));
+            let Some((file_id, b)) = victim else { return false };
+            let file = self.files.get_mut(&file_id).expect("validated above");
+            file.evict_key[b as usize] = 0;
+            file.resident.remove(b);
+            self.cache.used -= u64::from(file.layout.block_len(b));
+            self.counters.evictions += 1;
+            self.out.push(Action::Evict { file: file_id, block: b });
+            self.drop_file_if_idle(file_id);
+        }
+        self.cache.used += bytes;
+        true
+    }
+
+    fn pump_deferred(&mut self) {
+        while let Some(&(file_id, b)) = self.deferred.front() {
+            let still_wanted = self.files.get(&file_id).is_some_and(|f| f.deferred.contains(b));
+            if !still_wanted {
+                self.deferred.pop_front();
+                continue;
+            }
+            let bytes = u64::from(self.files[&file_id].layout.block_len(b));
+            if !self.reserve(bytes) {
+                return;
+            }
+            self.deferred.pop_front();
+            let file = self.files.get_mut(&file_id).expect("checked above");
+            file.deferred.remove(b);
+            file.loading.insert(b);
+            self.counters.reads += 1;
+            self.counters.read_bytes += bytes;
+            self.out.push(Action::Read { file: file_id, block: b });
+        }
+    }
+
+    fn sent(&mut self, id: ClientId, b: BlockIdx) {
+        let Some(client) = self.clients.get_mut(&id) else { return };
+        let file = &self.files[&client.file];
+        // Only a block we told the driver to send can come back as sent.
+        let Some(pos) = client.queue.iter().position(|&q| q == b).filter(|_| file.resident.contains(b)) else {
+            debug_assert!(false, "Sent for block {b} that {id} was not sent");
+            return;
+        };
+        client.queue.remove(pos);
+        client.delivered += 1;
+        client.rate.record(self.now, file.layout.block_len(b));
+        let (file_id, done) = (client.file, client.delivered == file.blocks());
+        self.unpin(file_id, b);
+        if done {
+            self.counters.completed += 1;
+            self.out.push(Action::Complete { client: id });
+            self.remove_client(id);
+        } else {
+            self.fill(id);
+        }
+    }
+
+    fn unpin(&mut self, file_id: FileId, b: BlockIdx) {
+        let file = self.files.get_mut(&file_id).expect("pinned block's file present");
+        let i = b as usize;
+        file.pins[i] -= 1;
+        if file.pins[i] == 0 && file.resident.contains(b) {
+            self.make_idle(file_id, b);
+        }
+    }
+
+    fn make_idle(&mut self, file_id: FileId, b: BlockIdx) {
+        let file = self.files.get_mut(&file_id).expect("file present");
+        let key = if file.region.contains(b) {
+            Cache::region_key(file.entered[b as usize])
+        } else {
+            self.cache.idle_key(self.policy.idle_order())
+        };
+        file.evict_key[b as usize] = key;
+        self.cache.push(key, file_id, b);
+    }
+
+    fn loaded(&mut self, file_id: FileId, b: BlockIdx) {
+        let Some(file) = self.files.get_mut(&file_id) else { return };
+        if !file.loading.remove(b) {
+            return;
+        }
+        file.resident.insert(b);
+        for id in file.waiters.remove(&b).unwrap_or_default() {
+            self.out.push(Action::Send { client: id, file: file_id, block: b });
+        }
+        if file.pins[b as usize] == 0 {
+            self.make_idle(file_id, b);
+        }
+    }
+
+    fn read_failed(&mut self, file_id: FileId, b: BlockIdx, detail: String) {
+        let Some(file) = self.files.get_mut(&file_id) else { return };
+        if !file.loading.remove(b) {
+            return;
+        }
+        self.cache.used -= u64::from(file.layout.block_len(b));
+        let waiters = file.waiters.remove(&b).unwrap_or_default();
+        for id in waiters {
+            let reason = FailReason::StorageRead { block: b, detail: detail.clone() };
+            self.counters.failed += 1;
+            self.out.push(Action::Fail { client: id, reason });
+            self.remove_client(id);
+        }
+        self.drop_file_if_idle(file_id);
+    }
+
+    /// Forgets a client (left, failed or complete) and unpins its queue.
+    fn remove_client(&mut self, id: ClientId) {
+        let Some(client) = self.clients.remove(&id) else { return };
+        let file_id = client.file;
+        for &b in &client.queue {
+            let file = self.files.get_mut(&file_id).expect("client's file present");
+            if let Some(ws) = file.waiters.get_mut(&b) {
+                ws.retain(|&w| w != id);
+                if ws.is_empty() {
+                    file.waiters.remove(&b);
+                    // Nobody wants it any more: no need to read it.
+                    file.deferred.remove(b);
+                }
+            }
+            self.unpin(file_id, b);
+        }
+        let file = self.files.get_mut(&file_id).expect("client's file present");
+        file.clients.retain(|&c| c != id);
+        if file.frontrunner == Some(id) {
+            file.frontrunner = None;
+        }
+        if file.clients.is_empty() {
+            self.active_files -= 1;
+        }
+        self.drop_file_if_idle(file_id);
+    }
+
+    fn drop_file_if_idle(&mut self, file_id: FileId) {
+        if self.files.get(&file_id).is_some_and(FileState::is_idle) {
+            self.files.remove(&file_id);
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! A model driver for tests: it carries out the scheduler's actions the way
+//! the real server must, and checks every action against its own books.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use circus_core::{BlockLayout, BlockSet, ClientId, FileId};
+use circus_sched::{Action, Event, FailReason, SchedConfig, Scheduler};
+use std::collections::{BTreeMap, BTreeSet};
+
+#[derive(Debug)]
+pub struct Driver {
+    pub s: Scheduler,
+    pub now: u64,
+    block: u32,
+    budget: u64,
+    /// Blocks whose bytes the driver holds.
+    pub resident: BTreeSet<(FileId, u32)>,
+    pub pending_reads: Vec<(FileId, u32)>,
+    pub pending_sends: Vec<(ClientId, FileId, u32)>,
+    pub lens: BTreeMap<FileId, u64>,
+    pub client_file: BTreeMap<ClientId, FileId>,
+    /// Blocks each client held at join (resume) plus those sent since.
+    pub got: BTreeMap<ClientId, BlockSet>,
+    pub completed: BTreeSet<ClientId>,
+    pub failed: BTreeMap<ClientId, FailReason>,
+    pub left: BTreeSet<ClientId>,
+    /// Every action, for determinism checks.
+    pub log: Vec<Action>,
+    pub reads: u64,
+    pub sends: u64,
+}
+
+impl Driver {
+    pub fn new(cfg: SchedConfig) -> Self {
+        Self {
+            block: cfg.block_size,
+            budget: cfg.cache_bytes,
+            s: Scheduler::new(cfg),
+            now: 0,
+            resident: BTreeSet::new(),
+            pending_reads: vec![],
+            pending_sends: vec![],
+            lens: BTreeMap::new(),
+            client_file: BTreeMap::new(),
+            got: BTreeMap::new(),
+            completed: BTreeSet::new(),
+            failed: BTreeMap::new(),
+            left: BTreeSet::new(),
+            log: vec![],
+            reads: 0,
+            sends: 0,
+        }
+    }
+
+    fn layout(&self, f: FileId) -> BlockLayout {
+        BlockLayout::new(self.lens[&f], self.block)
+    }
+
+    pub fn active(&self) -> impl Iterator<Item = ClientId> + '_ {
+        self.client_file
+            .keys()
+            .copied()
+            .filter(|c| !self.completed.contains(c) && !self.failed.contains_key(c) && !self.left.contains(c))
+    }
+
+    pub fn join(&mut self, c: u64, f: u64, len: u64, have: Option<BlockSet>) {
+        let (c, f) = (ClientId(c), FileId(f));
+        self.lens.entry(f).or_insert(len);
+        self.client_file.insert(c, f);
+        let n = BlockLayout::new(len, self.block).blocks();
+        let got = have.clone().filter(|h| h.capacity() == n).unwrap_or_else(|| BlockSet::new(n));
+        self.got.insert(c, got);
+        self.event(Event::Join { client: c, file: f, len, have });
+    }
+
+    pub fn leave(&mut self, c: ClientId) {
+        self.left.insert(c);
+        self.pending_sends.retain(|s| s.0 != c);
+        self.event(Event::Leave { client: c });
+    }
+
+    pub fn event(&mut self, ev: Event) {
+        let actions: Vec<Action> = self.s.on_event(self.now, ev).collect();
+        for a in actions {
+            self.check(&a);
+            self.log.push(a);
+        }
+        assert!(self.s.used_bytes() <= self.budget, "scheduler over budget");
+        let held: u64 = self
+            .resident
+            .iter()
+            .chain(self.pending_reads.iter())
+            .map(|&(f, b)| u64::from(self.layout(f).block_len(b)))
+            .sum();
+        assert!(held <= self.budget, "driver holds {held} bytes, budget {}", self.budget);
+    }
+
+    fn check(&mut self, a: &Action) {
+        match *a {
+            Action::Read { file, block } => {
+                assert!(!self.resident.contains(&(file, block)), "read of resident {file}/{block}");
+                assert!(!self.pending_reads.contains(&(file, block)), "second read of {file}/{block} in flight");
+                self.pending_reads.push((file, block));
+                self.reads += 1;
+            }
+            Action::Send { client, file, block } => {
+                assert!(self.resident.contains(&(file, block)), "send of non-resident {file}/{block}");
+                assert_eq!(self.client_file.get(&client), Some(&file), "send to {client} of another file");
+                assert!(!self.got[&client].contains(block), "{client} sent block {block} twice");
+                assert!(!self.pending_sends.contains(&(client, file, block)), "duplicate send");
+                self.pending_sends.push((client, file, block));
+            }
+            Action::Evict { file, block } => {
+                assert!(self.resident.remove(&(file, block)), "evict of non-resident {file}/{block}");
+                assert!(
+                    !self.pending_sends.iter().any(|&(_, f, b)| (f, b) == (file, block)),
+                    "evicted {file}/{block} while a send of it is queued"
+                );
+            }
+            Action::Complete { client } => {
+                let got = &self.got[&client];
+                assert!(got.is_full(), "{client} complete with {} of {} blocks", got.len(), got.capacity());
+                assert!(self.completed.insert(client), "{client} completed twice");
+            }
+            Action::Fail { client, ref reason } => {
+                assert!(self.failed.insert(client, reason.clone()).is_none(), "{client} failed twice");
+                self.pending_sends.retain(|s| s.0 != client);
+            }
+        }
+    }
+
+    /// Finishes pending read `i` (successfully, or failing it).
+    pub fn finish_read(&mut self, i: usize, fail: bool) {
+        let (file, block) = self.pending_reads.swap_remove(i);
+        if fail {
+            self.event(Event::ReadFailed { file, block, detail: "injected".into() });
+        } else {
+            self.resident.insert((file, block));
+            self.event(Event::Loaded { file, block });
+        }
+    }
+
+    /// Finishes pending send `i`.
+    pub fn finish_send(&mut self, i: usize) {
+        let (client, _, block) = self.pending_sends.swap_remove(i);
+        self.sends += 1;
+        assert!(self.got.get_mut(&client).unwrap().insert(block));
+        self.event(Event::Sent { client, block });
+    }
+
+    /// Completes every pending operation, oldest first, until none remain.
+    pub fn drain(&mut self) {
+        while !self.pending_reads.is_empty() || !self.pending_sends.is_empty() {
+            if !self.pending_reads.is_empty() {
+                self.finish_read(0, false);
+            } else {
+                self.finish_send(0);
+            }
+        }
+    }
+
+    /// No client can be stuck: with nothing in flight, nobody is active.
+    pub fn assert_no_starvation(&self) {
+        if self.pending_reads.is_empty() && self.pending_sends.is_empty() {
+            let stuck: Vec<_> = self.active().collect();
+            assert!(stuck.is_empty(), "clients {stuck:?} active with nothing in flight");
+        }
+    }
+}
+
+pub fn cfg(policy: circus_sched::PolicyKind) -> SchedConfig {
+    SchedConfig {
+        policy,
+        block_size: 1024,
+        queue_len: 3,
+        cache_bytes: 16 * 1024,
+        active_len: 8 * 1024,
+        ..Default::default()
+    }
+}
