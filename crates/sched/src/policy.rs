@@ -36,7 +36,9 @@ pub(crate) struct PickCtx<'a> {
 }
 
 pub(crate) trait Policy: std::fmt::Debug + Send {
-    /// The next block for the client, or `None` when it has picked them all.
+    /// The next block for the client, or `None` to pick nothing now: it has
+    /// picked every block, or it is better off waiting for the next chance
+    /// (its own next `Sent`) while its queue still holds work.
     fn pick(&self, ctx: &PickCtx<'_>) -> Option<(Pick, Role)>;
     /// How idle blocks outside any region are ordered for eviction.
     fn idle_order(&self) -> IdleOrder;
@@ -80,14 +82,34 @@ impl Policy for Circus {
         }) {
             return Some((Pick::Shared(b), role));
         }
-        // C2: nothing left in the region: lead, unless the client would leap
-        // too far ahead of the file cursor or is independent.
-        let head_next = next_missing(ctx, region.head())?;
-        if !independent && (region.len == 0 || region.dist(region.start, head_next) <= ctx.leap_cap) {
+        // C2: nothing left in the region: lead. A follower may leap over
+        // blocks it already holds, up to the leapfront distance from the file
+        // cursor; an independent client leads only where it needs the very
+        // next block, so its reads still extend the region without a gap.
+        let head = region.head();
+        let head_next = next_missing(ctx, head)?;
+        // Measured against the region as it stands: when more files share
+        // memory the cap shrinks below the current length, and extending
+        // then trims the region rather than counting as a leap.
+        let within_leap = region.len == 0 || region.dist(region.start, head_next) <= ctx.leap_cap.max(region.len);
+        if within_leap && (!independent || head_next == head) {
             return Some((Pick::Lead(head_next), Role::Frontrunner));
         }
-        // C3: read on its own account from its own cursor; the region stays.
-        next_missing(ctx, client.cursor).map(|b| (Pick::Private(b), role))
+        // C3: read on its own account, but only when the client is about to
+        // run dry: while its queue still holds work, the region may yet bring
+        // it a block for free. Then take the block the region will reach
+        // last, half a file from its head, so the region and the private read
+        // do not fetch the same block twice; a block still in memory first.
+        if ctx.client.queue.len() > 1 {
+            return None;
+        }
+        let n = file.blocks();
+        let opposite = ((u64::from(head) + u64::from(n / 2)) % u64::from(n)) as BlockIdx;
+        // Anything of the file still in memory outside the region is free.
+        if let Some(b) = first_in_circular(n, opposite, n, |w| file.available_word(w) & client.have.missing_word(w)) {
+            return Some((Pick::Shared(b), role));
+        }
+        next_missing(ctx, opposite).map(|b| (Pick::Private(b), role))
     }
 
     fn idle_order(&self) -> IdleOrder {

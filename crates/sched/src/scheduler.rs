@@ -19,6 +19,11 @@ pub struct Counters {
     pub reads: u64,
     /// Bytes of those reads.
     pub read_bytes: u64,
+    /// Storage reads by cause: a frontrunner advancing a region, a client
+    /// reading on its own account, or read-ahead.
+    pub lead_reads: u64,
+    pub private_reads: u64,
+    pub readahead_reads: u64,
     /// Picks served by a block already resident.
     pub hits: u64,
     /// Picks that joined a read already in flight.
@@ -188,6 +193,11 @@ impl Scheduler {
                 self.advance_region(file_id, id, b, region_cap);
             }
             if self.enqueue(id, file_id, b) {
+                if lead {
+                    self.counters.lead_reads += 1;
+                } else {
+                    self.counters.private_reads += 1;
+                }
                 self.read_ahead(id, file_id, b, lead.then_some(region_cap));
             }
         }
@@ -219,6 +229,7 @@ impl Scheduler {
             }
             let file = self.files.get_mut(&file_id).expect("file present");
             file.loading.insert(next);
+            self.counters.readahead_reads += 1;
             self.counters.reads += 1;
             self.counters.read_bytes += bytes;
             self.out.push(Action::Read { file: file_id, block: next });
