@@ -102,9 +102,10 @@ impl SimConfig {
         (demand * self.links.mean_secs_per_byte()).round().max(1.0) as usize
     }
 
-    /// Seconds to download one file over the slowest class's link.
+    /// Seconds to download one file at the slowest class's sustained TCP
+    /// rate (its link rate unless RTT and loss lower it).
     pub fn slowest_ideal_secs(&self) -> f64 {
-        self.file_size as f64 / self.links.slowest().rate().bytes_per_sec()
+        self.file_size as f64 / self.tcp.rate(self.links.slowest().rate().bytes_per_sec())
     }
 
     pub fn warmup(&self) -> f64 {
