@@ -3,7 +3,7 @@
 use anyhow::{Context, bail};
 use circus_core::{BitRate, ByteSize};
 use circus_sched::{PolicyKind, SchedConfig};
-use circus_sim::{SimConfig, disk::DiskModel, link::LinkMix, link::TcpModel};
+use circus_sim::{SimConfig, disk::DiskModel, disk::QueueOrder, link::LinkMix, link::TcpModel};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::{path::PathBuf, time::Duration};
@@ -54,6 +54,9 @@ pub struct SimArgs {
     loss: f64,
     #[arg(long, default_value_t = 1)]
     disks: u32,
+    /// Disk queue order: fifo, or elevator (contiguous request first).
+    #[arg(long, default_value = "fifo")]
+    disk_queue: QueueOrder,
     /// Disk positioning time for a non-contiguous read.
     #[arg(long, default_value = "5ms")]
     disk_positioning: humantime::Duration,
@@ -77,7 +80,8 @@ pub struct SimArgs {
     /// Where --figure writes its files.
     #[arg(long, default_value = "docs/results/sim")]
     out: PathBuf,
-    /// Shrink --figure runs for a smoke test (smaller file, fewer points).
+    /// Shrink --figure runs for a smoke test: 32 MiB file, 8 MiB cache, 2 MiB
+    /// active region, loads 0.2 and 0.4, first/default/last sweep points.
     #[arg(long)]
     quick: bool,
 }
@@ -103,6 +107,7 @@ impl SimArgs {
             server_link: self.server_link,
             tcp: TcpModel { rtt_secs: self.rtt.as_secs_f64(), loss: self.loss, ..TcpModel::default() },
             disk: DiskModel {
+                queue: self.disk_queue,
                 disks: self.disks,
                 positioning_secs: self.disk_positioning.as_secs_f64(),
                 media_bytes_per_sec: self.disk_rate.0 as f64,
@@ -119,11 +124,10 @@ impl SimArgs {
 pub fn main(args: SimArgs) -> anyhow::Result<()> {
     let cfg = args.config()?;
     if let Some(which) = &args.figure {
-        let figures = circus_sim::figures::select(which).map_err(anyhow::Error::msg)?;
-        return Ok(circus_sim::figures::run_figures(&figures, &cfg, &args.out, args.quick, &mut |line| {
-            eprintln!("{line}")
-        })
-        .map_err(anyhow::Error::msg)?);
+        let figures = circus_sim::figures::select(which)?;
+        circus_sim::figures::run_figures(&figures, &cfg, &args.out, args.quick, &mut |line| eprintln!("{line}"))
+            .with_context(|| format!("reproducing figures into {}", args.out.display()))?;
+        return Ok(());
     }
     let bar = progress_bar();
     let report = circus_sim::run(&cfg, &mut |f| bar.set_position((f * 1000.0) as u64))?;

@@ -130,7 +130,7 @@ impl Driver {
 
     /// Finishes pending read `i` (successfully, or failing it).
     pub fn finish_read(&mut self, i: usize, fail: bool) {
-        let (file, block) = self.pending_reads.swap_remove(i);
+        let (file, block) = self.pending_reads.remove(i);
         if fail {
             self.event(Event::ReadFailed { file, block, detail: "injected".into() });
         } else {
@@ -141,7 +141,7 @@ impl Driver {
 
     /// Finishes pending send `i`.
     pub fn finish_send(&mut self, i: usize) {
-        let (client, _, block) = self.pending_sends.swap_remove(i);
+        let (client, _, block) = self.pending_sends.remove(i);
         self.sends += 1;
         assert!(self.got.get_mut(&client).unwrap().insert(block));
         self.event(Event::Sent { client, block });

@@ -1,0 +1,203 @@
+//! One test per scheduling rule of docs/scheduler.md, through the public
+//! API and the checking model driver.
+
+mod common;
+
+use circus_core::{BlockSet, ClientId};
+use circus_sched::{Action, FailReason, PolicyKind, Role, SchedConfig};
+use common::{Driver, cfg};
+
+const B: u64 = 1024;
+
+fn sends_to(d: &Driver, c: u64) -> Vec<u32> {
+    d.log
+        .iter()
+        .filter_map(|a| match *a {
+            Action::Send { client, block, .. } if client == ClientId(c) => Some(block),
+            _ => None,
+        })
+        .collect()
+}
+
+fn reads(d: &Driver) -> Vec<u32> {
+    d.log.iter().filter_map(|a| if let Action::Read { block, .. } = *a { Some(block) } else { None }).collect()
+}
+
+/// Completes `k` sends, oldest first, finishing reads as they are needed.
+fn step(d: &mut Driver, k: usize) {
+    for _ in 0..k {
+        while d.pending_sends.is_empty() && !d.pending_reads.is_empty() {
+            d.finish_read(0, false);
+        }
+        if d.pending_sends.is_empty() {
+            return;
+        }
+        d.finish_send(0);
+    }
+}
+
+#[test]
+fn s1_sequential_sends_each_client_its_blocks_in_order() {
+    let mut d = Driver::new(cfg(PolicyKind::Sequential));
+    d.join(1, 1, 40 * B, None);
+    d.drain();
+    assert_eq!(sends_to(&d, 1), (0..40).collect::<Vec<_>>());
+    assert!(d.completed.contains(&ClientId(1)));
+}
+
+#[test]
+fn c1_newcomer_takes_resident_region_blocks_oldest_first_without_reads() {
+    let mut d = Driver::new(cfg(PolicyKind::Circus));
+    d.join(1, 1, 40 * B, None);
+    step(&mut d, 6);
+    let region = d.s.status().files[0].clone();
+    assert!(region.region_len > 0);
+    let reads_before = reads(&d).len();
+    d.join(2, 1, 40 * B, None);
+    // Client 2's first picks are resident: sent at once, no new read.
+    assert_eq!(reads(&d).len(), reads_before);
+    let first = sends_to(&d, 2);
+    assert_eq!(first[0], region.region_start, "newcomer starts at the file cursor");
+    assert!(first.windows(2).all(|w| w[1] == w[0] + 1), "oldest first: {first:?}");
+}
+
+#[test]
+fn c2_clients_in_step_share_every_read_and_a_late_joiner_wraps_around() {
+    let mut d = Driver::new(cfg(PolicyKind::Circus));
+    d.join(1, 1, 40 * B, None);
+    step(&mut d, 20);
+    let reads_before = reads(&d).len();
+    let cursor = d.s.status().files[0].region_start;
+    d.join(2, 1, 40 * B, None);
+    d.drain();
+    assert_eq!(d.completed.len(), 2);
+    // Client 2 followed client 1 from the file cursor on, sharing every read
+    // there, then led the region around the end of the file for the blocks
+    // before the cursor: nothing else was read again.
+    let later = &reads(&d)[reads_before..];
+    assert!(later.len() as u32 <= (40 - reads_before as u32) + cursor, "{later:?}");
+    let mut r = reads(&d);
+    r.sort();
+    r.dedup();
+    assert_eq!(r, (0..40).collect::<Vec<_>>());
+}
+
+#[test]
+fn c2_region_stays_within_active_length_and_slides() {
+    let mut d = Driver::new(cfg(PolicyKind::Circus));
+    d.join(1, 1, 40 * B, None);
+    let mut starts = vec![];
+    for _ in 0..30 {
+        step(&mut d, 1);
+        let f = &d.s.status().files[0];
+        assert!(f.region_len <= 8, "region {} blocks, active length 8", f.region_len);
+        starts.push(f.region_start);
+    }
+    assert!(starts.last() > starts.first(), "region never slid: {starts:?}");
+    assert_eq!(d.s.status().files[0].frontrunner, Some(ClientId(1)));
+}
+
+#[test]
+fn c2_leapfront_keeps_a_client_from_dragging_the_region_past_blocks_it_holds() {
+    for (leapfront, may_leap) in [(1.0, false), (4.0, true)] {
+        let mut d = Driver::new(SchedConfig { leapfront, threshold: 1.0, ..cfg(PolicyKind::Circus) });
+        d.join(1, 1, 60 * B, None);
+        step(&mut d, 12);
+        let head = {
+            let f = &d.s.status().files[0];
+            f.region_start + f.region_len
+        };
+        // Client 2 holds everything up to the head and a run of 10 past it.
+        let mut have = BlockSet::new(60);
+        (0..head + 10).for_each(|b| _ = have.insert(b));
+        d.leave(ClientId(1));
+        d.join(2, 1, 60 * B, Some(have));
+        let f = &d.s.status().files[0];
+        let leapt = f.region_start + f.region_len > head + 10;
+        assert_eq!(leapt, may_leap, "leapfront {leapfront}: region {}+{}", f.region_start, f.region_len);
+        d.drain();
+        assert!(d.completed.contains(&ClientId(2)));
+    }
+}
+
+#[test]
+fn c3_independent_client_reads_outside_the_region_without_moving_it() {
+    let mut d = Driver::new(SchedConfig { threshold: 0.5, ..cfg(PolicyKind::Circus) });
+    d.join(1, 1, 40 * B, None);
+    step(&mut d, 10);
+    let before = d.s.status().files[0].clone();
+    // Client 2 holds 30 of 40 blocks: none it lacks is in the region or at
+    // its head, so it can neither follow nor lead without a leap.
+    let mut have = BlockSet::full(40);
+    let head = before.region_start + before.region_len;
+    (head + 5..head + 15).for_each(|b| _ = have.remove(b % 40));
+    d.join(2, 1, 40 * B, Some(have));
+    let f = &d.s.status().files[0];
+    let c2 = f.clients.iter().find(|c| c.client == ClientId(2)).unwrap();
+    assert_eq!(c2.role, Role::Independent);
+    assert_eq!((f.region_start, f.region_len), (before.region_start, before.region_len), "region moved");
+    d.drain();
+    assert!(d.completed.contains(&ClientId(2)));
+}
+
+#[test]
+fn files_smaller_than_the_region_short_last_blocks_and_empty_files() {
+    let mut d = Driver::new(cfg(PolicyKind::Circus));
+    d.join(1, 1, 2 * B + 100, None); // three blocks, the last 100 bytes
+    d.join(2, 1, 2 * B + 100, None);
+    d.join(3, 2, 0, None);
+    assert!(d.completed.contains(&ClientId(3)), "empty file completes at once");
+    d.drain();
+    assert_eq!(d.completed.len(), 3);
+    let mut r = reads(&d);
+    r.sort();
+    assert_eq!(r, vec![0, 1, 2], "one read per block for both clients");
+}
+
+#[test]
+fn c8_reads_wait_for_memory_and_many_files_share_one_budget() {
+    // Budget of 4 blocks, queue 3, six clients on six files.
+    let mut d = Driver::new(SchedConfig { cache_bytes: 4 * B, ..cfg(PolicyKind::Circus) });
+    for c in 0..6 {
+        d.join(c, c, 10 * B, None);
+    }
+    assert!(reads(&d).len() <= 4, "no read beyond the budget");
+    d.drain();
+    assert_eq!(d.completed.len(), 6);
+}
+
+#[test]
+fn c9_a_failed_read_fails_its_waiters_with_a_reason_and_spares_the_rest() {
+    let mut d = Driver::new(cfg(PolicyKind::Circus));
+    d.join(1, 1, 20 * B, None);
+    d.join(2, 1, 20 * B, None);
+    d.join(3, 2, 20 * B, None);
+    let i = d.pending_reads.iter().position(|&(f, _)| f.0 == 1).unwrap();
+    d.finish_read(i, true);
+    let failed: Vec<_> = d.failed.keys().copied().collect();
+    assert_eq!(failed, vec![ClientId(1), ClientId(2)]);
+    assert!(matches!(d.failed[&ClientId(1)], FailReason::StorageRead { .. }));
+    d.drain();
+    assert!(d.completed.contains(&ClientId(3)));
+}
+
+#[test]
+fn leaving_mid_stream_unpins_and_frees_memory_for_others() {
+    let mut d = Driver::new(SchedConfig { cache_bytes: 3 * B, ..cfg(PolicyKind::Sequential) });
+    d.join(1, 1, 10 * B, None);
+    step(&mut d, 0);
+    d.join(2, 2, 10 * B, None); // no memory left: its reads wait
+    d.leave(ClientId(1));
+    d.drain();
+    assert!(d.completed.contains(&ClientId(2)));
+}
+
+#[test]
+fn bad_joins_fail_with_who_is_at_fault() {
+    let mut d = Driver::new(cfg(PolicyKind::Circus));
+    d.join(1, 1, 10 * B, None);
+    d.join(2, 1, 11 * B, None);
+    assert!(matches!(d.failed[&ClientId(2)], FailReason::LengthMismatch { .. }));
+    d.join(3, 1, 10 * B, Some(BlockSet::new(3)));
+    assert!(matches!(d.failed[&ClientId(3)], FailReason::BadResumeSet { got: 3, want: 10 }));
+}
