@@ -10,7 +10,10 @@ fn steady_state(policy: PolicyKind, clients: u64) -> (Scheduler, VecDeque<Action
     let mut s = Scheduler::new(SchedConfig { policy, ..SchedConfig::default() });
     let mut pending = VecDeque::new();
     for c in 0..clients {
-        pending.extend(s.on_event(0, Event::Join { client: ClientId(c), file: FileId(1), len: 512 << 20, have: None }));
+        pending.extend(s.on_event(
+            0,
+            Event::Join { client: ClientId(c), file: FileId(1), len: 512 << 20, have: None, in_order: false },
+        ));
     }
     (s, pending)
 }
@@ -21,9 +24,13 @@ fn step(s: &mut Scheduler, pending: &mut VecDeque<Action>, now: u64) {
     let ev = match a {
         Action::Read { file, block } => Event::Loaded { file, block },
         Action::Send { client, block, .. } => Event::Sent { client, block },
-        Action::Complete { client } => {
-            Event::Join { client: ClientId(client.0 + 1_000_000), file: FileId(1), len: 512 << 20, have: None }
-        }
+        Action::Complete { client } => Event::Join {
+            client: ClientId(client.0 + 1_000_000),
+            file: FileId(1),
+            len: 512 << 20,
+            have: None,
+            in_order: false,
+        },
         _ => return,
     };
     pending.extend(s.on_event(now, ev));

@@ -29,11 +29,13 @@ pub(crate) struct ClientState {
     /// Where this client's own scan resumes (sequential and private reads).
     pub cursor: BlockIdx,
     pub role: Role,
+    /// Must receive its blocks in file order (a plain HTTP download).
+    pub in_order: bool,
     pub rate: RateMeter,
 }
 
 impl ClientState {
-    pub fn new(file: FileId, have: BlockSet, now: Nanos, queue_len: u32) -> Self {
+    pub fn new(file: FileId, have: BlockSet, in_order: bool, now: Nanos, queue_len: u32) -> Self {
         let delivered = have.len();
         let cursor = circus_core::first_in(0, have.capacity(), |w| have.missing_word(w)).unwrap_or(0);
         Self {
@@ -43,6 +45,7 @@ impl ClientState {
             delivered,
             cursor,
             role: Role::Follower,
+            in_order,
             rate: RateMeter::new(now),
         }
     }

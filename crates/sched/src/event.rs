@@ -11,8 +11,11 @@ pub type Nanos = u64;
 pub enum Event {
     /// A client starts downloading `file`, which is `len` bytes long. `have`,
     /// when given, lists the blocks it already holds (resume); it must have
-    /// one bit per block of the file.
-    Join { client: ClientId, file: FileId, len: u64, have: Option<BlockSet> },
+    /// one bit per block of the file. An `in_order` client (a plain HTTP
+    /// download) is given its blocks in file order whatever the policy; the
+    /// driver still sees them become resident in any order and must reorder
+    /// at most `queue_len` of them.
+    Join { client: ClientId, file: FileId, len: u64, have: Option<BlockSet>, in_order: bool },
     /// The driver handed `block` to the client's socket: its queue slot is
     /// free again and the block is no longer pinned for it.
     Sent { client: ClientId, block: BlockIdx },

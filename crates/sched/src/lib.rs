@@ -14,7 +14,7 @@
 //! use circus_sched::{Action, Event, SchedConfig, Scheduler};
 //!
 //! let mut s = Scheduler::new(SchedConfig::default());
-//! let join = Event::Join { client: ClientId(1), file: FileId(7), len: 100_000, have: None };
+//! let join = Event::Join { client: ClientId(1), file: FileId(7), len: 100_000, have: None, in_order: false };
 //! let actions: Vec<_> = s.on_event(0, join).collect();
 //! // Two 64 KiB blocks, both read from storage for the new client.
 //! assert_eq!(actions.iter().filter(|a| matches!(a, Action::Read { .. })).count(), 2);

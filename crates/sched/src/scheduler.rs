@@ -99,7 +99,7 @@ impl Scheduler {
     pub fn on_event(&mut self, now: Nanos, event: Event) -> std::vec::Drain<'_, Action> {
         self.now = self.now.max(now);
         match event {
-            Event::Join { client, file, len, have } => self.join(client, file, len, have),
+            Event::Join { client, file, len, have, in_order } => self.join(client, file, len, have, in_order),
             Event::Sent { client, block } => self.sent(client, block),
             Event::Loaded { file, block } => self.loaded(file, block),
             Event::ReadFailed { file, block, detail } => self.read_failed(file, block, detail),
@@ -112,7 +112,7 @@ impl Scheduler {
         self.out.drain(..)
     }
 
-    fn join(&mut self, id: ClientId, file_id: FileId, len: u64, have: Option<BlockSet>) {
+    fn join(&mut self, id: ClientId, file_id: FileId, len: u64, have: Option<BlockSet>, in_order: bool) {
         if self.clients.contains_key(&id) {
             self.out.push(Action::Fail { client: id, reason: FailReason::DuplicateClient });
             return;
@@ -145,7 +145,7 @@ impl Scheduler {
             self.active_files += 1;
         }
         file.clients.push(id);
-        let state = ClientState::new(file_id, have, self.now, self.cfg.queue_len);
+        let state = ClientState::new(file_id, have, in_order, self.now, self.cfg.queue_len);
         self.clients.insert(id, state);
         self.fill(id);
     }
@@ -179,7 +179,8 @@ impl Scheduler {
                 leap_cap: (f64::from(region_cap) * self.cfg.leapfront) as u32,
                 independent_at: (f64::from(file.blocks()) * self.cfg.threshold).ceil() as u32,
             };
-            let Some((pick, role)) = self.policy.pick(&ctx) else { return };
+            let policy: &dyn Policy = if client.in_order { &Sequential } else { self.policy.as_ref() };
+            let Some((pick, role)) = policy.pick(&ctx) else { return };
             let file_id = client.file;
             let client = self.clients.get_mut(&id).expect("client present");
             let b = pick.block();

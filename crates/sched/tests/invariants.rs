@@ -1,4 +1,5 @@
-//! Scheduler invariants over long random event sequences:
+//! Scheduler invariants over long random event sequences (some clients
+//! asking for in-order delivery):
 //! every client receives every block of its file exactly once or fails with
 //! a reason; resident bytes never exceed the budget (pinned blocks count); no
 //! client is left with nothing in flight; the same events give the same
@@ -93,6 +94,7 @@ fn run(p: &Params, steps: usize) -> Driver {
                     (0..n).filter(|_| rng.random_bool(0.5)).for_each(|b| _ = h.insert(b));
                     h
                 });
+                d.in_order_joins = rng.random_bool(0.2);
                 d.join(next_client, f, len, have);
                 next_client += 1;
             }

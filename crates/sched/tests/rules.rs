@@ -201,3 +201,16 @@ fn bad_joins_fail_with_who_is_at_fault() {
     d.join(3, 1, 10 * B, Some(BlockSet::new(3)));
     assert!(matches!(d.failed[&ClientId(3)], FailReason::BadResumeSet { got: 3, want: 10 }));
 }
+
+#[test]
+fn in_order_clients_get_file_order_under_circus_while_others_share() {
+    let mut d = Driver::new(cfg(PolicyKind::Circus));
+    d.join(1, 1, 30 * B, None);
+    step(&mut d, 10);
+    d.in_order_joins = true;
+    d.join(2, 1, 30 * B, None);
+    d.drain();
+    // Picks (and so sends, with reads finished in order) follow the file.
+    assert_eq!(sends_to(&d, 2), (0..30).collect::<Vec<_>>());
+    assert_eq!(d.completed.len(), 2);
+}

@@ -145,7 +145,7 @@ impl<'a> Sim<'a> {
         let rate = self.cfg.tcp.rate(class.rate().bytes_per_sec());
         let client = SimClient { slot, class, rate, started: self.now, ready: VecDeque::new(), sending: None };
         self.clients.insert(id, client);
-        self.feed(Event::Join { client: id, file, len: self.cfg.file_size, have: None });
+        self.feed(Event::Join { client: id, file, len: self.cfg.file_size, have: None, in_order: false });
     }
 
     /// Hands an event to the scheduler and carries out what it asks.

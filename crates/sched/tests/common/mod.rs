@@ -27,6 +27,8 @@ pub struct Driver {
     pub log: Vec<Action>,
     pub reads: u64,
     pub sends: u64,
+    /// Joins from now on ask for in-order delivery.
+    pub in_order_joins: bool,
 }
 
 impl Driver {
@@ -48,6 +50,7 @@ impl Driver {
             log: vec![],
             reads: 0,
             sends: 0,
+            in_order_joins: false,
         }
     }
 
@@ -69,7 +72,7 @@ impl Driver {
         let n = BlockLayout::new(len, self.block).blocks();
         let got = have.clone().filter(|h| h.capacity() == n).unwrap_or_else(|| BlockSet::new(n));
         self.got.insert(c, got);
-        self.event(Event::Join { client: c, file: f, len, have });
+        self.event(Event::Join { client: c, file: f, len, have, in_order: self.in_order_joins });
     }
 
     pub fn leave(&mut self, c: ClientId) {

@@ -2,7 +2,8 @@
 //! threads, and hands back one report per configuration.
 
 use super::{FigureError, spec::FigureSpec};
-use crate::{SimConfig, SimReport};
+use crate::{SimConfig, SimConfigError, SimReport};
+use circus_sched::PolicyKind;
 use std::{
     collections::HashMap,
     num::NonZero,
@@ -49,8 +50,56 @@ pub(super) fn plan(specs: &[FigureSpec]) -> Result<Plan, FigureError> {
     Ok(plan)
 }
 
+/// Re-run when downloads average more than this much over their ideal time.
+const STRETCH_ABOVE: f64 = 1.2;
+/// Longest stretch of the default windows (bounds the cost of a re-run).
+const MAX_STRETCH: f64 = 12.0;
+
+/// Mean download time over the ideal one (TCP-limited rates), estimated by
+/// Little's law from throughput: each of the `clients` slots downloads one
+/// file at a time, so the mean download takes clients x file / throughput.
+/// Unlike the measured mean it needs no completed download.
+fn slowdown(cfg: &SimConfig, r: &SimReport) -> f64 {
+    let classes = &cfg.links.0;
+    let ideal_secs_per_byte =
+        classes.iter().map(|c| 1.0 / cfg.tcp.rate(c.rate().bytes_per_sec())).sum::<f64>() / classes.len() as f64;
+    r.clients as f64 / (r.net_bytes_per_s * ideal_secs_per_byte)
+}
+
+/// One run with the default windows (one slowest ideal download of warm-up,
+/// two measured). Where downloads are much slower than ideal (a
+/// disk-bound sequential server) those windows miss most completions and
+/// catch the start-up transient, so the run is repeated with both windows
+/// stretched by the estimated slowdown (at most twice, up to 12x). Explicit
+/// windows in the base config are kept. Returns the report (wall time summed
+/// over the passes) and the stretch factor.
+fn run_one(cfg: &SimConfig) -> Result<(SimReport, f64), SimConfigError> {
+    let mut report = crate::run(cfg, &mut |_| {})?;
+    let mut wall = report.wall_s;
+    let mut factor = 1.0;
+    if cfg.warmup_secs.is_none() && cfg.measure_secs.is_none() {
+        for _ in 0..2 {
+            let s = slowdown(cfg, &report).min(MAX_STRETCH);
+            // NaN (nothing sent) compares false: take the cap.
+            let s = if s.is_nan() { MAX_STRETCH } else { s };
+            if s <= STRETCH_ABOVE * factor || factor >= MAX_STRETCH {
+                break;
+            }
+            factor = s;
+            let mut longer = cfg.clone();
+            longer.warmup_secs = Some(cfg.warmup() * factor);
+            longer.measure_secs = Some(cfg.measure() * factor);
+            report = crate::run(&longer, &mut |_| {})?;
+            wall += report.wall_s;
+        }
+    }
+    report.wall_s = wall;
+    Ok((report, factor))
+}
+
 /// Rough cost of a run (blocks sent): offered bytes, capped by the TCP
-/// model, over the simulated time, per block.
+/// model, over the simulated time, per block; sequential runs usually get
+/// re-run with longer windows.
 fn cost(cfg: &SimConfig) -> f64 {
     let classes = &cfg.links.0;
     let tcp_share = classes
@@ -62,7 +111,8 @@ fn cost(cfg: &SimConfig) -> f64 {
         .sum::<f64>()
         / classes.len() as f64;
     let bytes = cfg.load * cfg.server_link.bytes_per_sec() * tcp_share * (cfg.warmup() + cfg.measure());
-    bytes / f64::from(cfg.sched.block_size)
+    let reruns = if cfg.sched.policy == PolicyKind::Sequential { 3.0 } else { 1.0 };
+    reruns * bytes / f64::from(cfg.sched.block_size)
 }
 
 /// Runs `plan`'s configs, costliest first, on one thread per core; logs one
@@ -85,7 +135,7 @@ pub(super) fn execute(plan: &Plan, log: &mut dyn FnMut(&str)) -> Result<Vec<SimR
             s.spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
                     let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) else { break };
-                    if tx.send((i, crate::run(&plan.configs[i], &mut |_| {}))).is_err() {
+                    if tx.send((i, run_one(&plan.configs[i]))).is_err() {
                         break;
                     }
                 }
@@ -94,9 +144,10 @@ pub(super) fn execute(plan: &Plan, log: &mut dyn FnMut(&str)) -> Result<Vec<SimR
         drop(tx);
         for (done, (i, result)) in rx.iter().enumerate() {
             match result {
-                Ok(r) => {
+                Ok((r, factor)) => {
+                    let stretched = if factor > 1.0 { format!(" (windows x{factor:.1})") } else { String::new() };
                     log(&format!(
-                        "[{}/{n}] {}: {:.1} MB/s net, miss {:.3}, {:.1} s",
+                        "[{}/{n}] {}: {:.1} MB/s net, miss {:.3}, {:.1} s{stretched}",
                         done + 1,
                         plan.labels[i],
                         r.net_bytes_per_s / 1e6,
