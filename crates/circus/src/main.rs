@@ -1,6 +1,7 @@
 //! The `circus` binary: clap glue over the library crates, one module per
 //! subcommand.
 
+mod serve;
 mod sim;
 
 use clap::{Parser, Subcommand};
@@ -18,12 +19,19 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Serve the files of a directory over HTTP/1.1 and HTTP/2.
+    Serve(serve::ServeArgs),
     /// Simulate a server, its disk and its clients with the real scheduler.
     Sim(sim::SimArgs),
 }
 
 fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("CIRCUS_LOG").unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
     match Cli::parse().command {
+        Command::Serve(args) => serve::main(args),
         Command::Sim(args) => sim::main(args),
     }
 }

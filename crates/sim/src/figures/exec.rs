@@ -168,3 +168,33 @@ pub(super) fn execute(plan: &Plan, log: &mut dyn FnMut(&str)) -> Result<Vec<SimR
     }
     Ok(reports.into_iter().map(|r| r.expect("every run reported")).collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small(policy: PolicyKind) -> SimConfig {
+        let mut cfg = SimConfig { file_size: 16 << 20, load: 0.3, ..SimConfig::default() };
+        cfg.sched.policy = policy;
+        cfg.sched.cache_bytes = 4 << 20;
+        cfg.sched.active_len = 1 << 20;
+        cfg
+    }
+
+    #[test]
+    fn circus_runs_once_and_disk_bound_sequential_is_stretched() {
+        let cfg = small(PolicyKind::Circus);
+        let (r, factor) = run_one(&cfg).unwrap();
+        assert_eq!(factor, 1.0);
+        assert!((slowdown(&cfg, &r) - 1.0).abs() < 0.1, "{}", slowdown(&cfg, &r));
+
+        let cfg = small(PolicyKind::Sequential);
+        let (r, factor) = run_one(&cfg).unwrap();
+        assert!(factor > STRETCH_ABOVE, "{factor}");
+        assert!((r.warmup_s - cfg.warmup() * factor).abs() < 1e-6);
+        assert!(r.clients_completed > 0);
+
+        let fixed = SimConfig { measure_secs: Some(cfg.measure()), ..cfg };
+        assert_eq!(run_one(&fixed).unwrap().1, 1.0);
+    }
+}

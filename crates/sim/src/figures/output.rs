@@ -87,13 +87,18 @@ fn chart(spec: &FigureSpec, panel: &PanelSpec, reports: &[&SimReport]) -> Chart 
             series.push(Series::new("offered", circus.map(|(run, r)| (run.x, r.offered_bytes_per_s / 1e6))))
         }
     }
+    // A log axis labels only powers of ten: within one decade it would show
+    // no numbers at all, so such a panel falls back to linear.
+    let ys = series.iter().flat_map(|s| &s.points).map(|p| p.1).filter(|y| y.is_finite() && *y > 0.0);
+    let (y_lo, y_hi) = ys.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), y| (lo.min(y), hi.max(y)));
+    let y_scale = if panel.y_scale == Scale::Log10 && y_hi < 10.0 * y_lo { Scale::Linear } else { panel.y_scale };
     Chart {
         title: panel.title.clone(),
         x_label: spec.x_label.clone(),
         y_label: panel.metric.axis_label().to_owned(),
         x_scale: spec.x_scale,
-        y_scale: panel.y_scale,
-        y_from_zero: panel.y_scale == Scale::Linear,
+        y_scale,
+        y_from_zero: y_scale == Scale::Linear,
         series,
     }
 }

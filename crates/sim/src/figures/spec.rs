@@ -254,7 +254,7 @@ fn sensitivity(n: u32, base: &SimConfig, quick: bool) -> FigureSpec {
     let links = SENSITIVITY_LINKS;
     let (x_name, x_label, scale, full, default): (_, _, _, &[f64], f64) = match n {
         14 => ("block KiB", "block size (KiB)", Scale::Log2, &[4., 8., 16., 32., 64., 128., 256., 512., 1024.], 64.),
-        15 => ("queue", "queue length limit (blocks)", Scale::Linear, &[1., 2., 5., 10., 20., 50.], 5.),
+        15 => ("queue", "queue length limit (blocks)", Scale::Log2, &[1., 2., 5., 10., 20., 50.], 5.),
         16 => (
             "threshold",
             "client threshold (fraction received)",

@@ -1,0 +1,106 @@
+//! `circus serve DIR`: flags and an optional TOML file to a `ServeConfig`.
+
+use anyhow::Context;
+use circus_core::ByteSize;
+use circus_sched::PolicyKind;
+use circus_server::{FileConfig, ServeConfig, Server};
+use clap::Args;
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Directory whose files are served.
+    dir: PathBuf,
+    /// Address to listen on.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// TOML file with settings (flags given on the command line win).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Memory for cached blocks: a hard budget (default 256MiB).
+    #[arg(long)]
+    cache: Option<ByteSize>,
+    /// circus (reorder blocks to share reads) or sequential.
+    #[arg(long)]
+    policy: Option<PolicyKind>,
+    /// Block size, the unit of reads and sends (default 64KiB).
+    #[arg(long)]
+    block: Option<ByteSize>,
+    /// Blocks queued per client (default 5).
+    #[arg(long)]
+    queue: Option<u32>,
+    /// Active region length per file (default 16MiB).
+    #[arg(long)]
+    active: Option<ByteSize>,
+    #[arg(long)]
+    leapfront: Option<f64>,
+    #[arg(long)]
+    threshold: Option<f64>,
+    #[arg(long)]
+    readahead: Option<u32>,
+    /// Connections served at once (default 10000).
+    #[arg(long)]
+    max_connections: Option<usize>,
+    /// Seconds to wait for downloads in progress on SIGTERM (default 30).
+    #[arg(long)]
+    drain_timeout: Option<u64>,
+}
+
+impl ServeArgs {
+    fn config(&self) -> anyhow::Result<ServeConfig> {
+        if !self.dir.is_dir() {
+            anyhow::bail!("{} is not a directory: give the directory whose files to serve", self.dir.display());
+        }
+        let mut cfg = ServeConfig::new(self.dir.clone());
+        if let Some(path) = &self.config {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            FileConfig::parse(&text)
+                .and_then(|f| f.apply(&mut cfg))
+                .with_context(|| format!("in {}", path.display()))?;
+        }
+        let s = &mut cfg.sched;
+        if let Some(v) = self.cache {
+            s.cache_bytes = v.0;
+        }
+        if let Some(v) = self.block {
+            s.block_size = u32::try_from(v.0).context("--block is too large")?;
+        }
+        if let Some(v) = self.active {
+            s.active_len = v.0;
+        }
+        s.policy = self.policy.unwrap_or(s.policy);
+        s.queue_len = self.queue.unwrap_or(s.queue_len);
+        s.leapfront = self.leapfront.unwrap_or(s.leapfront);
+        s.threshold = self.threshold.unwrap_or(s.threshold);
+        s.readahead = self.readahead.unwrap_or(s.readahead);
+        cfg.listen = self.listen.unwrap_or(cfg.listen);
+        cfg.max_connections = self.max_connections.unwrap_or(cfg.max_connections);
+        if let Some(v) = self.drain_timeout {
+            cfg.drain_timeout = Duration::from_secs(v);
+        }
+        cfg.sched.validate().context("invalid settings")?;
+        Ok(cfg)
+    }
+}
+
+pub fn main(args: ServeArgs) -> anyhow::Result<()> {
+    let cfg = args.config()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let server = Server::bind(cfg.clone()).await.with_context(|| format!("cannot listen on {}", cfg.listen))?;
+        // Tests and scripts read this line to find the port when given :0.
+        println!("circus listening on http://{}", server.local_addr());
+        tracing::info!(root = %cfg.root.display(), cache = %ByteSize(cfg.sched.cache_bytes), policy = ?cfg.sched.policy, "serving");
+        server.run(shutdown_signal()).await?;
+        Ok(())
+    })
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term.recv() => {},
+    }
+}

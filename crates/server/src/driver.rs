@@ -1,0 +1,250 @@
+//! The driver: one task that owns the scheduler and the block cache, feeds
+//! the scheduler events and carries out its actions. Connections talk to it
+//! through a [`DriverHandle`]; storage reads run on blocking threads, at most
+//! `io_threads` at once, and report back as events.
+
+use crate::{files::FileEntry, metrics::Metrics};
+use bytes::Bytes;
+use circus_core::{BlockIdx, BlockSet, ClientId, FileId};
+use circus_sched::{Action, Counters, Event, SchedConfig, Scheduler, Status};
+use rustc_hash::FxHashMap;
+use std::{
+    sync::{Arc, atomic::AtomicU64, atomic::Ordering},
+    time::Instant,
+};
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+/// What a connection receives for its download.
+#[derive(Debug)]
+pub enum Delivery {
+    /// A resident block: the bytes are shared with the cache, not copied.
+    Block(BlockIdx, Bytes),
+    /// Every block was handed over.
+    Complete,
+    /// The download cannot continue; the reason says why.
+    Failed(String),
+}
+
+#[derive(Debug)]
+enum Cmd {
+    Join { id: ClientId, file: Arc<FileEntry>, have: BlockSet, in_order: bool, tx: mpsc::Sender<Delivery> },
+    Sent { id: ClientId, block: BlockIdx },
+    Leave { id: ClientId },
+    Loaded { file: Arc<FileEntry>, block: BlockIdx, result: Result<Bytes, String> },
+    Status { reply: oneshot::Sender<(Status, Counters)> },
+}
+
+/// Cheap to clone; every method is non-blocking.
+#[derive(Debug, Clone)]
+pub struct DriverHandle {
+    tx: mpsc::UnboundedSender<Cmd>,
+    next_id: Arc<AtomicU64>,
+    queue_len: usize,
+}
+
+impl DriverHandle {
+    /// Starts a download of `file`, skipping the blocks in `have`.
+    pub fn join(&self, file: Arc<FileEntry>, have: BlockSet, in_order: bool) -> (ClientId, mpsc::Receiver<Delivery>) {
+        let id = ClientId(self.next_id.fetch_add(1, Ordering::Relaxed));
+        // The scheduler never has more than queue_len blocks out for a client,
+        // plus one completion or failure: this channel never fills.
+        let (tx, rx) = mpsc::channel(self.queue_len + 2);
+        self.send(Cmd::Join { id, file, have, in_order, tx });
+        (id, rx)
+    }
+
+    /// The client's socket took `block`: its queue slot is free.
+    pub fn sent(&self, id: ClientId, block: BlockIdx) {
+        self.send(Cmd::Sent { id, block });
+    }
+
+    pub fn leave(&self, id: ClientId) {
+        self.send(Cmd::Leave { id });
+    }
+
+    /// The scheduler's state and running totals.
+    pub async fn status(&self) -> Option<(Status, Counters)> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Cmd::Status { reply });
+        rx.await.ok()
+    }
+
+    fn send(&self, cmd: Cmd) {
+        // Only fails once the driver has stopped, when nothing is left to do.
+        let _ = self.tx.send(cmd);
+    }
+}
+
+struct Client {
+    tx: mpsc::Sender<Delivery>,
+    file: FileId,
+    joined: Instant,
+}
+
+struct Driver {
+    sched: Scheduler,
+    cache: FxHashMap<(FileId, BlockIdx), Bytes>,
+    clients: FxHashMap<ClientId, Client>,
+    /// Files with clients or cached blocks, with how many of those refer to
+    /// each (the entry is dropped at zero).
+    files: FxHashMap<FileId, (Arc<FileEntry>, usize)>,
+    io: Arc<Semaphore>,
+    tx: mpsc::UnboundedSender<Cmd>,
+    started: Instant,
+    metrics: Arc<Metrics>,
+}
+
+/// Spawns the driver on the current runtime.
+pub fn spawn(cfg: SchedConfig, io_threads: usize, metrics: Arc<Metrics>) -> DriverHandle {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let queue_len = cfg.queue_len as usize;
+    let mut driver = Driver {
+        sched: Scheduler::new(cfg),
+        cache: FxHashMap::default(),
+        clients: FxHashMap::default(),
+        files: FxHashMap::default(),
+        io: Arc::new(Semaphore::new(io_threads.max(1))),
+        tx: tx.clone(),
+        started: Instant::now(),
+        metrics,
+    };
+    tokio::spawn(async move {
+        while let Some(cmd) = rx.recv().await {
+            driver.handle(cmd);
+        }
+    });
+    DriverHandle { tx, next_id: Arc::new(AtomicU64::new(1)), queue_len }
+}
+
+impl Driver {
+    fn now(&self) -> u64 {
+        self.started.elapsed().as_nanos() as u64
+    }
+
+    fn handle(&mut self, cmd: Cmd) {
+        let event = match cmd {
+            Cmd::Join { id, file, have, in_order, tx } => {
+                let event = Event::Join { client: id, file: file.id, len: file.size, have: Some(have), in_order };
+                self.retain_file(&file);
+                self.clients.insert(id, Client { tx, file: file.id, joined: Instant::now() });
+                event
+            }
+            Cmd::Sent { id, block } => {
+                if let Some(c) = self.clients.get(&id)
+                    && let Some((f, _)) = self.files.get(&c.file)
+                {
+                    self.metrics.sent_bytes.inc_by(u64::from(f.layout.block_len(block)));
+                }
+                Event::Sent { client: id, block }
+            }
+            Cmd::Leave { id } => {
+                if self.clients.contains_key(&id) {
+                    self.forget_client(id);
+                    self.metrics.downloads_abandoned.inc();
+                }
+                Event::Leave { client: id }
+            }
+            Cmd::Loaded { file, block, result: Ok(bytes) } => {
+                self.metrics.storage_read_bytes.inc_by(bytes.len() as u64);
+                self.cache.insert((file.id, block), bytes);
+                // Each cached block holds the file entry until it is evicted.
+                self.retain_file(&file);
+                Event::Loaded { file: file.id, block }
+            }
+            Cmd::Loaded { file, block, result: Err(detail) } => {
+                self.metrics.storage_errors.inc();
+                tracing::error!(file = %file.rel, block, %detail, "storage read failed");
+                Event::ReadFailed { file: file.id, block, detail }
+            }
+            Cmd::Status { reply } => {
+                let _ = reply.send((self.sched.status(), self.sched.counters()));
+                return;
+            }
+        };
+        let now = self.now();
+        let actions: Vec<Action> = self.sched.on_event(now, event).collect();
+        for action in actions {
+            self.act(action);
+        }
+        self.metrics.resident_bytes.set(self.sched.used_bytes() as i64);
+    }
+
+    fn act(&mut self, action: Action) {
+        match action {
+            Action::Read { file, block } => self.read(file, block),
+            Action::Send { client, file, block } => {
+                let bytes = self.cache.get(&(file, block)).expect("scheduler sends only resident blocks").clone();
+                if let Some(c) = self.clients.get(&client) {
+                    // Cannot be full (see DriverHandle::join); a closed channel
+                    // means the connection is gone and its Leave is on the way.
+                    let _ = c.tx.try_send(Delivery::Block(block, bytes));
+                }
+            }
+            Action::Evict { file, block } => {
+                self.cache.remove(&(file, block));
+                self.metrics.evictions.inc();
+                self.release_file(file);
+            }
+            Action::Complete { client } => {
+                if let Some(c) = self.forget_client(client) {
+                    self.metrics.download_seconds.observe(c.joined.elapsed().as_secs_f64());
+                    let _ = c.tx.try_send(Delivery::Complete);
+                }
+            }
+            Action::Fail { client, reason } => {
+                if let Some(c) = self.forget_client(client) {
+                    tracing::warn!(client = %client, %reason, "download failed");
+                    let _ = c.tx.try_send(Delivery::Failed(reason.to_string()));
+                }
+            }
+        }
+    }
+
+    fn read(&mut self, file: FileId, block: BlockIdx) {
+        let entry = self.files.get(&file).expect("the scheduler reads only files with clients").0.clone();
+        let (io, tx) = (self.io.clone(), self.tx.clone());
+        tokio::spawn(async move {
+            let _permit = io.acquire_owned().await;
+            let reading = entry.clone();
+            let result = tokio::task::spawn_blocking(move || read_verified(&reading, block))
+                .await
+                .unwrap_or_else(|e| Err(format!("read task: {e}")));
+            let _ = tx.send(Cmd::Loaded { file: entry, block, result });
+        });
+    }
+
+    fn forget_client(&mut self, id: ClientId) -> Option<Client> {
+        let c = self.clients.remove(&id)?;
+        self.release_file(c.file);
+        Some(c)
+    }
+
+    fn retain_file(&mut self, file: &Arc<FileEntry>) {
+        self.files.entry(file.id).or_insert_with(|| (file.clone(), 0)).1 += 1;
+    }
+
+    fn release_file(&mut self, id: FileId) {
+        if let Some(f) = self.files.get_mut(&id) {
+            f.1 -= 1;
+            if f.1 == 0 {
+                self.files.remove(&id);
+            }
+        }
+    }
+}
+
+/// Reads a block and, when the file's hash index is known, checks it: a
+/// file rewritten in place or a bad sector fails the read instead of
+/// sending wrong bytes under a valid manifest.
+fn read_verified(entry: &FileEntry, block: BlockIdx) -> Result<Bytes, String> {
+    let reader = entry.reader().map_err(|e| format!("open {}: {e}", entry.rel))?;
+    let bytes = reader
+        .read_block(entry.layout.offset(block), entry.layout.block_len(block))
+        .map_err(|e| format!("{} block {block}: {e}", entry.rel))?;
+    match entry.index_now() {
+        Some(index) if !index.verify(block, &bytes) => {
+            Err(format!("{} block {block} does not match its hash: file changed or damaged", entry.rel))
+        }
+        _ => Ok(bytes),
+    }
+}

@@ -1,0 +1,38 @@
+//! Errors that end a request, and the one place that maps them to statuses.
+
+use http::StatusCode;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum HttpError {
+    #[error("bad request: {0}")]
+    BadRequest(&'static str),
+    #[error("forbidden: {0}")]
+    Forbidden(&'static str),
+    #[error("not found")]
+    NotFound,
+    #[error("method not allowed: use GET or HEAD")]
+    MethodNotAllowed,
+    #[error("bad Circus-Need header: {0}")]
+    BadNeed(String),
+    #[error("storage error: {0}")]
+    Storage(String),
+    #[error("the file changed while being served; retry")]
+    Changed,
+    #[error("server is at its connection limit; retry later")]
+    Busy,
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl HttpError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            HttpError::BadRequest(_) | HttpError::BadNeed(_) => StatusCode::BAD_REQUEST,
+            HttpError::Forbidden(_) => StatusCode::FORBIDDEN,
+            HttpError::NotFound => StatusCode::NOT_FOUND,
+            HttpError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            HttpError::Storage(_) | HttpError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            HttpError::Changed | HttpError::Busy => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! From a request path to a file version: safe resolution under the root,
+//! one `FileId` per (path, size, mtime), and the lazily built hash index.
+
+use crate::error::HttpError;
+use circus_core::{BlockLayout, FileId};
+use circus_store::{BlockReader, FileIndex, INDEX_DIR};
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex, OnceLock, atomic::AtomicU64, atomic::Ordering},
+    time::SystemTime,
+};
+use tokio::sync::OnceCell;
+
+/// One version of one file.
+#[derive(Debug)]
+pub struct FileEntry {
+    pub id: FileId,
+    /// Path relative to the root, with `/` separators.
+    pub rel: String,
+    pub path: PathBuf,
+    pub size: u64,
+    pub modified: SystemTime,
+    pub etag: String,
+    pub content_type: String,
+    pub layout: BlockLayout,
+    reader: OnceLock<Arc<BlockReader>>,
+    index: OnceCell<Arc<FileIndex>>,
+}
+
+impl FileEntry {
+    /// The block reader, opened on first use. Blocking.
+    pub fn reader(&self) -> std::io::Result<Arc<BlockReader>> {
+        if let Some(r) = self.reader.get() {
+            return Ok(r.clone());
+        }
+        let r = Arc::new(BlockReader::open(&self.path)?);
+        Ok(self.reader.get_or_init(|| r).clone())
+    }
+
+    /// The hash index if it has been built already (never waits).
+    pub fn index_now(&self) -> Option<Arc<FileIndex>> {
+        self.index.get().cloned()
+    }
+
+    /// The hash index, built on first use on a blocking thread; concurrent
+    /// callers wait for the one build.
+    pub async fn index(&self, root: &Path) -> Result<Arc<FileIndex>, HttpError> {
+        self.index
+            .get_or_try_init(|| async {
+                let (root, rel, block) = (root.to_owned(), self.rel.clone(), self.layout.block_size());
+                let built = tokio::task::spawn_blocking(move || FileIndex::load_or_build(&root, &rel, block))
+                    .await
+                    .map_err(|e| HttpError::Internal(format!("index task: {e}")))?;
+                let index = built.map_err(|e| HttpError::Storage(e.to_string()))?;
+                if (index.size, index.block_size) != (self.size, self.layout.block_size()) {
+                    return Err(HttpError::Changed);
+                }
+                Ok(Arc::new(index))
+            })
+            .await
+            .cloned()
+    }
+}
+
+#[derive(Debug)]
+pub struct FileTable {
+    root: PathBuf,
+    block_size: u32,
+    next_id: AtomicU64,
+    versions: Mutex<HashMap<String, Arc<FileEntry>>>,
+}
+
+impl FileTable {
+    /// `root` must exist; it is canonicalised once so that symlink checks
+    /// compare like with like.
+    pub fn new(root: &Path, block_size: u32) -> std::io::Result<Self> {
+        Ok(Self {
+            root: root.canonicalize()?,
+            block_size,
+            next_id: AtomicU64::new(1),
+            versions: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Resolves a URL path (still percent-encoded) to the current version of
+    /// a regular file under the root. Blocking (stat and canonicalize).
+    pub fn lookup(&self, url_path: &str) -> Result<Arc<FileEntry>, HttpError> {
+        let rel = relative_path(url_path)?;
+        let path = self.root.join(&rel);
+        // Symlinks may point anywhere: only what stays under the root is served.
+        let real = path.canonicalize().map_err(|_| HttpError::NotFound)?;
+        if !real.starts_with(&self.root) {
+            return Err(HttpError::Forbidden("path leaves the served directory"));
+        }
+        let meta = std::fs::metadata(&real).map_err(|_| HttpError::NotFound)?;
+        if !meta.is_file() {
+            return Err(HttpError::NotFound);
+        }
+        let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+        let mut versions = self.versions.lock().expect("file table lock");
+        if let Some(e) = versions.get(&rel).filter(|e| e.size == meta.len() && e.modified == modified) {
+            return Ok(e.clone());
+        }
+        let entry = Arc::new(FileEntry {
+            id: FileId(self.next_id.fetch_add(1, Ordering::Relaxed)),
+            etag: etag(meta.len(), modified),
+            content_type: mime_guess::from_path(&rel).first_or_octet_stream().essence_str().to_owned(),
+            layout: BlockLayout::new(meta.len(), self.block_size),
+            rel: rel.clone(),
+            path: real,
+            size: meta.len(),
+            modified,
+            reader: OnceLock::new(),
+            index: OnceCell::new(),
+        });
+        versions.insert(rel, entry.clone());
+        Ok(entry)
+    }
+}
+
+/// A strong validator from size and modification time (as nginx does): any
+/// rewrite of the file changes it.
+fn etag(size: u64, modified: SystemTime) -> String {
+    let t = modified.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    format!("\"{:x}.{:x}-{:x}\"", t.as_secs(), t.subsec_nanos(), size)
+}
+
+/// Decodes and checks a URL path: no `..`, no NUL, no hidden index.
+fn relative_path(url_path: &str) -> Result<String, HttpError> {
+    let decoded = percent_decode(url_path).ok_or(HttpError::BadRequest("malformed percent-encoding in path"))?;
+    let mut parts = Vec::new();
+    for seg in decoded.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => return Err(HttpError::Forbidden("path may not contain ..")),
+            s if s.contains('\0') || s.contains('\\') => {
+                return Err(HttpError::BadRequest("invalid character in path"));
+            }
+            s if s == INDEX_DIR => return Err(HttpError::NotFound),
+            s => parts.push(s),
+        }
+    }
+    if parts.is_empty() {
+        return Err(HttpError::NotFound);
+    }
+    Ok(parts.join("/"))
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_checked() {
+        assert_eq!(relative_path("/a/b%20c.iso").unwrap(), "a/b c.iso");
+        assert_eq!(relative_path("//a/./b").unwrap(), "a/b");
+        assert!(matches!(relative_path("/a/../etc/passwd"), Err(HttpError::Forbidden(_))));
+        assert!(matches!(relative_path("/a/%2e%2e/x"), Err(HttpError::Forbidden(_))));
+        assert!(matches!(relative_path("/.circus/index/x.idx"), Err(HttpError::NotFound)));
+        assert!(matches!(relative_path("/a%00b"), Err(HttpError::BadRequest(_))));
+        assert!(matches!(relative_path("/a%zz"), Err(HttpError::BadRequest(_))));
+        assert!(matches!(relative_path("/"), Err(HttpError::NotFound)));
+    }
+
+    #[test]
+    fn symlinks_out_of_root_are_refused_and_versions_get_new_ids() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::write(dir.path().join("secret"), b"s").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("secret"), root.join("link")).unwrap();
+        std::fs::write(root.join("f"), b"one").unwrap();
+        std::os::unix::fs::symlink(root.join("f"), root.join("inside")).unwrap();
+        let t = FileTable::new(&root, 4096).unwrap();
+        assert!(matches!(t.lookup("/link"), Err(HttpError::Forbidden(_))));
+        assert_eq!(t.lookup("/inside").unwrap().size, 3);
+        let a = t.lookup("/f").unwrap();
+        assert_eq!(t.lookup("/f").unwrap().id, a.id);
+        std::fs::write(root.join("f"), b"longer").unwrap();
+        let b = t.lookup("/f").unwrap();
+        assert_ne!(a.id, b.id);
+        assert_ne!(a.etag, b.etag);
+    }
+}

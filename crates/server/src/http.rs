@@ -1,0 +1,202 @@
+//! Request handling: plain HTTP for every client, the native block stream
+//! for clients that ask for it on the same URL.
+
+use crate::{
+    AppState,
+    body::{NativeBody, Part, PlainBody},
+    error::HttpError,
+    files::FileEntry,
+    rfc9110::{self, Conditionals, Precondition, Ranges, Validators},
+};
+use base64::Engine;
+use bytes::{Bytes, BytesMut};
+use circus_core::BlockSet;
+use circus_proto::{CONTENT_TYPE as NATIVE_TYPE, Manifest, NEED_HEADER, encode_preamble};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use std::sync::Arc;
+
+pub type ResBody = BoxBody<Bytes, crate::body::BodyError>;
+
+fn full(bytes: impl Into<Bytes>) -> ResBody {
+    Full::new(bytes.into()).map_err(|never| match never {}).boxed()
+}
+
+fn header_str(h: &HeaderMap, name: impl header::AsHeaderName) -> Option<&str> {
+    h.get(name).and_then(|v| v.to_str().ok())
+}
+
+pub fn error_response(e: &HttpError) -> Response<ResBody> {
+    let mut res = Response::new(full(format!("{e}\n")));
+    *res.status_mut() = e.status();
+    res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    if matches!(e, HttpError::MethodNotAllowed) {
+        res.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+    }
+    res
+}
+
+pub async fn handle<B>(state: Arc<AppState>, req: Request<B>) -> Response<ResBody> {
+    let res = match route(&state, &req).await {
+        Ok(res) => res,
+        Err(e) => {
+            if e.status().is_server_error() {
+                tracing::error!(path = req.uri().path(), error = %e, "request failed");
+            }
+            error_response(&e)
+        }
+    };
+    state.metrics.requests.get_or_create(&crate::metrics::StatusLabel { code: res.status().as_u16() }).inc();
+    res
+}
+
+async fn route<B>(state: &Arc<AppState>, req: &Request<B>) -> Result<Response<ResBody>, HttpError> {
+    let head = match *req.method() {
+        Method::GET => false,
+        Method::HEAD => true,
+        _ => return Err(HttpError::MethodNotAllowed),
+    };
+    match req.uri().path() {
+        "/metrics" => return Ok(crate::observe::metrics(state).await),
+        "/status" => return Ok(crate::observe::status(state).await),
+        _ => {}
+    }
+    let (table, path) = (state.clone(), req.uri().path().to_owned());
+    let file = tokio::task::spawn_blocking(move || table.files.lookup(&path))
+        .await
+        .map_err(|e| HttpError::Internal(e.to_string()))??;
+    let h = req.headers();
+    let v = Validators { etag: &file.etag, last_modified: file.modified };
+    let cond = Conditionals {
+        if_match: header_str(h, header::IF_MATCH),
+        if_none_match: header_str(h, header::IF_NONE_MATCH),
+        if_modified_since: header_str(h, header::IF_MODIFIED_SINCE),
+        if_unmodified_since: header_str(h, header::IF_UNMODIFIED_SINCE),
+    };
+    let mut res = match rfc9110::evaluate(&cond, &v) {
+        Precondition::NotModified => status_only(StatusCode::NOT_MODIFIED),
+        Precondition::Failed => status_only(StatusCode::PRECONDITION_FAILED),
+        Precondition::Proceed if wants_native(h) => native(state, &file, h, head).await?,
+        Precondition::Proceed => plain(state, &file, h, head),
+    };
+    let rh = res.headers_mut();
+    rh.insert(header::ETAG, HeaderValue::from_str(&file.etag).expect("etag is ASCII"));
+    rh.insert(header::LAST_MODIFIED, HeaderValue::from_str(&httpdate::fmt_http_date(file.modified)).expect("date"));
+    rh.insert(header::VARY, HeaderValue::from_static("Accept"));
+    if let Some(index) = file.index_now() {
+        let digest = format!("sha-256=:{}:", base64::engine::general_purpose::STANDARD.encode(index.sha256));
+        rh.insert("repr-digest", HeaderValue::from_str(&digest).expect("base64 is ASCII"));
+    }
+    Ok(res)
+}
+
+fn status_only(status: StatusCode) -> Response<ResBody> {
+    let mut res = Response::new(full(Bytes::new()));
+    *res.status_mut() = status;
+    res
+}
+
+fn wants_native(h: &HeaderMap) -> bool {
+    h.get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.split(',').any(|m| m.split(';').next().is_some_and(|t| t.trim().eq_ignore_ascii_case(NATIVE_TYPE))))
+}
+
+async fn native(
+    state: &Arc<AppState>,
+    file: &Arc<FileEntry>,
+    h: &HeaderMap,
+    head: bool,
+) -> Result<Response<ResBody>, HttpError> {
+    let index = file.index(state.files.root()).await?;
+    let blocks = file.layout.blocks();
+    // A resume (Circus-Need) only applies to the version the client has.
+    let same_version = rfc9110::if_range_allows(
+        header_str(h, header::IF_RANGE),
+        &Validators { etag: &file.etag, last_modified: file.modified },
+    );
+    let have = match header_str(h, NEED_HEADER).filter(|_| same_version) {
+        Some(need) => circus_proto::complement(
+            &circus_proto::parse_need(need, blocks).map_err(|e| HttpError::BadNeed(e.to_string()))?,
+        ),
+        None => BlockSet::new(blocks),
+    };
+    let manifest = Manifest::new(file.layout, index.leaves.clone(), index.sha256, file.etag.clone());
+    let mut preface = BytesMut::new();
+    encode_preamble(&mut preface);
+    manifest.encode(&mut preface).map_err(|e| HttpError::Internal(e.to_string()))?;
+    let body = if head {
+        full(Bytes::new())
+    } else {
+        NativeBody::new(&state.driver, file.clone(), preface.freeze(), have).boxed()
+    };
+    let mut res = Response::new(body);
+    res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(NATIVE_TYPE));
+    res.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(res)
+}
+
+fn plain(state: &Arc<AppState>, file: &Arc<FileEntry>, h: &HeaderMap, head: bool) -> Response<ResBody> {
+    let size = file.size;
+    let v = Validators { etag: &file.etag, last_modified: file.modified };
+    let ranges = if rfc9110::if_range_allows(header_str(h, header::IF_RANGE), &v) {
+        rfc9110::resolve_ranges(header_str(h, header::RANGE), size)
+    } else {
+        Ranges::Whole
+    };
+    let ctype =
+        HeaderValue::from_str(&file.content_type).unwrap_or(HeaderValue::from_static("application/octet-stream"));
+    let (status, parts, len, content_type, content_range) = match ranges {
+        Ranges::Unsatisfiable => {
+            let mut res = status_only(StatusCode::RANGE_NOT_SATISFIABLE);
+            let cr = HeaderValue::from_str(&format!("bytes */{size}")).expect("ASCII");
+            res.headers_mut().insert(header::CONTENT_RANGE, cr);
+            return res;
+        }
+        Ranges::Whole => {
+            let parts = if size == 0 { vec![] } else { vec![Part::Range(0, size - 1)] };
+            (StatusCode::OK, parts, size, ctype, None)
+        }
+        Ranges::Parts(r) if r.len() == 1 => {
+            let (s, e) = r[0];
+            let cr = HeaderValue::from_str(&format!("bytes {s}-{e}/{size}")).expect("ASCII");
+            (StatusCode::PARTIAL_CONTENT, vec![Part::Range(s, e)], e - s + 1, ctype, Some(cr))
+        }
+        Ranges::Parts(r) => {
+            let boundary = format!("circus-{}", &file.etag.trim_matches('"').replace(['.', '-'], ""));
+            let mut parts = Vec::with_capacity(2 * r.len() + 1);
+            let mut len = 0;
+            for (i, &(s, e)) in r.iter().enumerate() {
+                let sep = if i == 0 { "" } else { "\r\n" };
+                let head = format!(
+                    "{sep}--{boundary}\r\nContent-Type: {}\r\nContent-Range: bytes {s}-{e}/{size}\r\n\r\n",
+                    file.content_type
+                );
+                len += head.len() as u64 + (e - s + 1);
+                parts.push(Part::Fixed(Bytes::from(head)));
+                parts.push(Part::Range(s, e));
+            }
+            let tail = format!("\r\n--{boundary}--\r\n");
+            len += tail.len() as u64;
+            parts.push(Part::Fixed(Bytes::from(tail)));
+            let ct = HeaderValue::from_str(&format!("multipart/byteranges; boundary={boundary}")).expect("ASCII");
+            (StatusCode::PARTIAL_CONTENT, parts, len, ct, None)
+        }
+    };
+    let body = if head || parts.is_empty() {
+        full(Bytes::new())
+    } else {
+        PlainBody::new(&state.driver, file.clone(), parts).boxed()
+    };
+    let mut res = Response::new(body);
+    *res.status_mut() = status;
+    let rh = res.headers_mut();
+    rh.insert(header::CONTENT_TYPE, content_type);
+    rh.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    rh.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    if let Some(cr) = content_range {
+        rh.insert(header::CONTENT_RANGE, cr);
+    }
+    res
+}

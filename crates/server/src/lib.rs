@@ -1,0 +1,145 @@
+//! `circus serve`: an HTTP/1.1 and HTTP/2 (cleartext, prior knowledge)
+//! server for a directory of large files.
+//!
+//! Ordinary clients get standard HTTP (ranges, multipart ranges,
+//! conditional requests, `Repr-Digest`). Clients that send
+//! `Accept: application/vnd.circus.blocks` get the native stream: a manifest,
+//! then verified blocks in the scheduler's order (docs/protocol.md). Both
+//! kinds are clients of one scheduler ([`circus_sched`]) and one block cache,
+//! so a block read once from storage serves every download that needs it.
+//!
+//! Parts: [`files`] (safe path resolution, file versions, hash index),
+//! `driver` (the task that owns the scheduler and cache), `body` (response
+//! bodies fed by the driver), `http` (routing and HTTP semantics),
+//! [`rfc9110`] (pure precondition and range rules), `observe`
+//! (`/metrics`, `/status`).
+//!
+//! ```no_run
+//! # async fn run() -> std::io::Result<()> {
+//! let cfg = circus_server::ServeConfig::new("/srv/files".into());
+//! let server = circus_server::Server::bind(cfg).await?;
+//! println!("listening on {}", server.local_addr());
+//! server.run(async { let _ = tokio::signal::ctrl_c().await; }).await
+//! # }
+//! ```
+
+mod body;
+pub mod config;
+mod driver;
+mod error;
+pub mod files;
+mod http;
+mod metrics;
+mod observe;
+pub mod rfc9110;
+
+pub use config::{FileConfig, ServeConfig};
+pub use error::HttpError;
+
+use driver::DriverHandle;
+use files::FileTable;
+use hyper::service::service_fn;
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo, TokioTimer},
+    server::{conn::auto, graceful::GracefulShutdown},
+};
+use prometheus_client::registry::Registry;
+use std::{future::Future, net::SocketAddr, sync::Arc};
+use tokio::{net::TcpListener, sync::Semaphore};
+
+/// What every request handler shares.
+#[derive(Debug)]
+pub(crate) struct AppState {
+    files: FileTable,
+    driver: DriverHandle,
+    metrics: Arc<metrics::Metrics>,
+    registry: Registry,
+}
+
+#[derive(Debug)]
+pub struct Server {
+    listener: TcpListener,
+    state: Arc<AppState>,
+    cfg: ServeConfig,
+}
+
+impl Server {
+    /// Binds the listener and starts the scheduler driver. Must be called
+    /// inside a tokio runtime.
+    pub async fn bind(cfg: ServeConfig) -> std::io::Result<Server> {
+        if let Err(e) = cfg.sched.validate() {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()));
+        }
+        let files = FileTable::new(&cfg.root, cfg.sched.block_size)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("cannot serve {}: {e}", cfg.root.display())))?;
+        let listener = TcpListener::bind(cfg.listen).await?;
+        let mut registry = Registry::default();
+        let metrics = Arc::new(metrics::Metrics::register(&mut registry));
+        let driver = driver::spawn(cfg.sched.clone(), cfg.io_threads, metrics.clone());
+        Ok(Server { listener, state: Arc::new(AppState { files, driver, metrics, registry }), cfg })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("bound listener has an address")
+    }
+
+    /// Serves until `shutdown` resolves, then stops accepting and waits up
+    /// to the drain timeout for downloads in progress.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.cfg.header_timeout)
+            .max_buf_size(self.cfg.max_header_bytes.max(8192));
+        builder.http2().max_header_list_size(self.cfg.max_header_bytes as u32);
+        let graceful = GracefulShutdown::new();
+        let slots = Arc::new(Semaphore::new(self.cfg.max_connections));
+        tokio::pin!(shutdown);
+        loop {
+            let (stream, peer) = tokio::select! {
+                accepted = self.listener.accept() => match accepted {
+                    Ok(conn) => conn,
+                    Err(e) => {
+                        // Out of file descriptors and the like: back off, keep serving.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                () = &mut shutdown => break,
+            };
+            let _ = stream.set_nodelay(true);
+            let state = self.state.clone();
+            let permit = slots.clone().try_acquire_owned().ok();
+            let busy = permit.is_none();
+            let service = service_fn(move |req| {
+                let state = state.clone();
+                async move {
+                    if busy {
+                        let mut res = http::error_response(&HttpError::Busy);
+                        res.headers_mut().insert(::http::header::CONNECTION, ::http::HeaderValue::from_static("close"));
+                        return Ok::<_, std::convert::Infallible>(res);
+                    }
+                    Ok(http::handle(state, req).await)
+                }
+            });
+            let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
+            let conn = graceful.watch(conn);
+            let metrics = self.state.metrics.clone();
+            tokio::spawn(async move {
+                metrics.connections.inc();
+                if let Err(e) = conn.await {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+                metrics.connections.dec();
+                drop(permit);
+            });
+        }
+        tracing::info!("shutting down: draining downloads in progress");
+        if tokio::time::timeout(self.cfg.drain_timeout, graceful.shutdown()).await.is_err() {
+            tracing::warn!("drain timeout passed; closing remaining connections");
+        }
+        Ok(())
+    }
+}

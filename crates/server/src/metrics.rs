@@ -1,0 +1,70 @@
+//! Prometheus metrics, registered in a registry the caller owns (no globals).
+
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    registry::Registry,
+};
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabel {
+    pub code: u16,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RoleLabel {
+    pub role: String,
+}
+
+#[derive(Debug)]
+pub struct Metrics {
+    pub sent_bytes: Counter,
+    pub storage_read_bytes: Counter,
+    pub storage_errors: Counter,
+    pub evictions: Counter,
+    pub resident_bytes: Gauge,
+    pub requests: Family<StatusLabel, Counter>,
+    pub connections: Gauge,
+    pub downloads_abandoned: Counter,
+    pub download_seconds: Histogram,
+    /// Refreshed from the scheduler at each scrape.
+    pub cache_hits: Counter,
+    pub cache_misses: Counter,
+    pub active_clients: Family<RoleLabel, Gauge>,
+    pub active_files: Gauge,
+}
+
+impl Metrics {
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Metrics {
+            sent_bytes: Counter::default(),
+            storage_read_bytes: Counter::default(),
+            storage_errors: Counter::default(),
+            evictions: Counter::default(),
+            resident_bytes: Gauge::default(),
+            requests: Family::default(),
+            connections: Gauge::default(),
+            downloads_abandoned: Counter::default(),
+            download_seconds: Histogram::new([0.01, 0.1, 1.0, 10.0, 60.0, 300.0, 1800.0, 7200.0]),
+            cache_hits: Counter::default(),
+            cache_misses: Counter::default(),
+            active_clients: Family::default(),
+            active_files: Gauge::default(),
+        };
+        let r = registry.sub_registry_with_prefix("circus");
+        r.register("sent_bytes", "Block bytes handed to client sockets", m.sent_bytes.clone());
+        r.register("storage_read_bytes", "Bytes read from storage", m.storage_read_bytes.clone());
+        r.register("storage_errors", "Storage reads that failed", m.storage_errors.clone());
+        r.register("cache_evictions", "Blocks evicted from the block cache", m.evictions.clone());
+        r.register("cache_resident_bytes", "Bytes resident or being read", m.resident_bytes.clone());
+        r.register("cache_hits", "Block picks served from memory", m.cache_hits.clone());
+        r.register("cache_misses", "Block picks that needed a storage read", m.cache_misses.clone());
+        r.register("requests", "HTTP responses by status", m.requests.clone());
+        r.register("connections", "Open client connections", m.connections.clone());
+        r.register("downloads_abandoned", "Downloads whose client left early", m.downloads_abandoned.clone());
+        r.register("download_duration_seconds", "Completed download durations", m.download_seconds.clone());
+        r.register("active_clients", "Downloads in progress by role", m.active_clients.clone());
+        r.register("active_files", "Files with downloads in progress", m.active_files.clone());
+        m
+    }
+}

@@ -1,0 +1,50 @@
+//! `/metrics` (Prometheus text) and `/status` (JSON of active files, their
+//! regions and each client's cursor, role and rate).
+
+use crate::{AppState, http::ResBody, metrics::RoleLabel};
+use bytes::Bytes;
+use http::{HeaderValue, Response, header};
+use http_body_util::{BodyExt, Full};
+use std::sync::Arc;
+
+fn text(body: String, ctype: &'static str) -> Response<ResBody> {
+    let mut res = Response::new(Full::new(Bytes::from(body)).map_err(|never| match never {}).boxed());
+    res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(ctype));
+    res.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    res
+}
+
+pub async fn metrics(state: &Arc<AppState>) -> Response<ResBody> {
+    if let Some((status, counters)) = state.driver.status().await {
+        let m = &state.metrics;
+        // Counters come from the scheduler's running totals.
+        m.cache_hits.inc_by(counters.hits.saturating_sub(m.cache_hits.get()));
+        m.cache_misses.inc_by(counters.reads.saturating_sub(m.cache_misses.get()));
+        m.active_files.set(status.files.iter().filter(|f| !f.clients.is_empty()).count() as i64);
+        for role in ["frontrunner", "follower", "independent"] {
+            let n = status.files.iter().flat_map(|f| &f.clients).filter(|c| role_name(c.role) == role).count();
+            m.active_clients.get_or_create(&RoleLabel { role: role.into() }).set(n as i64);
+        }
+    }
+    let mut out = String::new();
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &state.registry) {
+        tracing::error!(error = %e, "encoding metrics");
+    }
+    text(out, "application/openmetrics-text; version=1.0.0; charset=utf-8")
+}
+
+fn role_name(r: circus_sched::Role) -> &'static str {
+    match r {
+        circus_sched::Role::Frontrunner => "frontrunner",
+        circus_sched::Role::Follower => "follower",
+        circus_sched::Role::Independent => "independent",
+    }
+}
+
+pub async fn status(state: &Arc<AppState>) -> Response<ResBody> {
+    let body = match state.driver.status().await {
+        Some((status, counters)) => serde_json::json!({ "scheduler": status, "counters": counters }).to_string(),
+        None => "{\"error\":\"shutting down\"}".into(),
+    };
+    text(body, "application/json")
+}
