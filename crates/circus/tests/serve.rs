@@ -1,0 +1,161 @@
+//! End-to-end tests of `circus serve` as a child process: interop with
+//! curl, wget and aria2c, graceful drain on SIGTERM, and the memory budget
+//! under hundreds of slow connections.
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    net::TcpStream,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+struct ServerProc {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for ServerProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(root: &Path, extra: &[&str]) -> ServerProc {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_circus"))
+        .args(["serve", root.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start circus serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let addr = line.trim().rsplit("http://").next().expect("address line").to_owned();
+    ServerProc { child, addr }
+}
+
+fn data_dir(size: usize) -> (tempfile::TempDir, Vec<u8>) {
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..size as u64).map(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8).collect();
+    std::fs::write(dir.path().join("big.bin"), &data).unwrap();
+    (dir, data)
+}
+
+/// A tool CI installs; elsewhere a missing one is reported and skipped.
+fn tool(name: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH")
+        .and_then(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|p| p.is_file()));
+    if found.is_none() {
+        assert!(std::env::var_os("CI").is_none(), "{name} must be installed in CI (see .ci/run)");
+        eprintln!("skipping {name}: not installed");
+    }
+    found
+}
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().expect("run tool");
+    assert!(out.status.success(), "{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn curl_wget_and_aria2c_download_byte_exact_and_resume() {
+    let (dir, data) = data_dir(6 << 20);
+    let s = serve(dir.path(), &["--cache", "4MiB"]);
+    let url = format!("http://{}/big.bin", s.addr);
+    let out = tempfile::tempdir().unwrap();
+    if let Some(curl) = tool("curl") {
+        let p = out.path().join("curl.bin");
+        run(Command::new(&curl).args(["-sSf", "-o"]).arg(&p).arg(&url));
+        assert!(std::fs::read(&p).unwrap() == data, "curl copy differs");
+        // Resume a partial copy: curl sends Range from the file's length.
+        std::fs::write(&p, &data[..1_234_567]).unwrap();
+        run(Command::new(&curl).args(["-sSf", "-C", "-", "-o"]).arg(&p).arg(&url));
+        assert!(std::fs::read(&p).unwrap() == data, "curl resume differs");
+        let h2 = out.path().join("h2.bin");
+        run(Command::new(&curl).args(["-sSf", "--http2-prior-knowledge", "-o"]).arg(&h2).arg(&url));
+        assert!(std::fs::read(&h2).unwrap() == data, "curl h2c copy differs");
+    }
+    if let Some(wget) = tool("wget") {
+        let p = out.path().join("wget.bin");
+        std::fs::write(&p, &data[..777_777]).unwrap();
+        run(Command::new(&wget).args(["-q", "-c", "-O"]).arg(&p).arg(&url));
+        assert!(std::fs::read(&p).unwrap() == data, "wget resume differs");
+    }
+    if let Some(aria) = tool("aria2c") {
+        // Eight connections on eight ranges of the same file at once.
+        run(Command::new(&aria).args(["-q", "-x8", "-s8", "--min-split-size=1M", "--allow-overwrite=true", "-d"])
+            .arg(out.path())
+            .args(["-o", "aria.bin", &url]));
+        assert!(std::fs::read(out.path().join("aria.bin")).unwrap() == data, "aria2c copy differs");
+    }
+}
+
+#[test]
+fn sigterm_lets_downloads_in_progress_finish() {
+    let Some(curl) = tool("curl") else { return };
+    let (dir, data) = data_dir(3 << 20);
+    let mut s = serve(dir.path(), &["--drain-timeout", "20"]);
+    let out = tempfile::tempdir().unwrap();
+    let p = out.path().join("slow.bin");
+    let mut download = Command::new(&curl)
+        .args(["-sSf", "--limit-rate", "2M", "-o"])
+        .arg(&p)
+        .arg(format!("http://{}/big.bin", s.addr))
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    run(Command::new("kill").args(["-TERM", &s.child.id().to_string()]));
+    assert!(download.wait().unwrap().success(), "download cut by shutdown");
+    assert!(std::fs::read(&p).unwrap() == data);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "server did not exit after draining");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(s.child.try_wait().unwrap().unwrap().success());
+}
+
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
+    kb * 1024
+}
+
+#[test]
+fn memory_budget_holds_with_500_slow_clients() {
+    let (dir, _) = data_dir(32 << 20);
+    let s = serve(dir.path(), &["--cache", "16MiB"]);
+    let pid = s.child.id();
+    let baseline = rss_bytes(pid);
+    // Clients that ask and then read almost nothing: their sockets fill and
+    // the server must hold at most their queued blocks, within the budget.
+    let mut conns = Vec::new();
+    for i in 0..500 {
+        let mut c = TcpStream::connect(&s.addr).unwrap();
+        let accept = if i % 2 == 0 { "application/vnd.circus.blocks" } else { "*/*" };
+        write!(c, "GET /big.bin HTTP/1.1\r\nHost: x\r\nAccept: {accept}\r\n\r\n").unwrap();
+        conns.push(c);
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    for c in conns.iter_mut().take(50) {
+        let mut buf = [0u8; 4096];
+        c.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+        let _ = c.read(&mut buf);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let mut status = String::new();
+    let mut c = TcpStream::connect(&s.addr).unwrap();
+    write!(c, "GET /status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    c.read_to_string(&mut status).unwrap();
+    let json: serde_json::Value = serde_json::from_str(status.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    let used = json["scheduler"]["used_bytes"].as_u64().unwrap();
+    assert!(used <= 16 << 20, "scheduler holds {used} bytes over its 16 MiB budget");
+    let clients: usize = json["scheduler"]["files"].as_array().unwrap().iter().map(|f| f["clients"].as_array().unwrap().len()).sum();
+    assert!(clients >= 450, "only {clients} downloads active");
+    let rss = rss_bytes(pid);
+    let per_client = rss.saturating_sub(baseline + (16 << 20)) / 500;
+    eprintln!("rss {rss} baseline {baseline}: {per_client} bytes per slow client beyond the cache");
+    assert!(per_client <= 128 * 1024, "{per_client} bytes per slow client beyond the cache budget");
+}
