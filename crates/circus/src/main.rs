@@ -1,6 +1,8 @@
 //! The `circus` binary: clap glue over the library crates, one module per
 //! subcommand.
 
+mod bench;
+mod get;
 mod serve;
 mod sim;
 
@@ -21,8 +23,12 @@ struct Cli {
 enum Command {
     /// Serve the files of a directory over HTTP/1.1 and HTTP/2.
     Serve(serve::ServeArgs),
+    /// Measure real servers over real sockets (amplification, hot, slow).
+    Bench(bench::BenchArgs),
     /// Simulate a server, its disk and its clients with the real scheduler.
     Sim(sim::SimArgs),
+    /// Download a file: natively from a circus server, over plain HTTP from any other.
+    Get(get::GetArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -33,5 +39,7 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Serve(args) => serve::main(args),
         Command::Sim(args) => sim::main(args),
+        Command::Bench(args) => bench::main(args),
+        Command::Get(args) => get::main(args),
     }
 }

@@ -45,8 +45,8 @@ fn data_dir(size: usize) -> (tempfile::TempDir, Vec<u8>) {
 
 /// A tool CI installs; elsewhere a missing one is reported and skipped.
 fn tool(name: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH")
-        .and_then(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|p| p.is_file()));
+    let found =
+        std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|p| p.is_file()));
     if found.is_none() {
         assert!(std::env::var_os("CI").is_none(), "{name} must be installed in CI (see .ci/run)");
         eprintln!("skipping {name}: not installed");
@@ -85,7 +85,8 @@ fn curl_wget_and_aria2c_download_byte_exact_and_resume() {
     }
     if let Some(aria) = tool("aria2c") {
         // Eight connections on eight ranges of the same file at once.
-        run(Command::new(&aria).args(["-q", "-x8", "-s8", "--min-split-size=1M", "--allow-overwrite=true", "-d"])
+        run(Command::new(&aria)
+            .args(["-q", "-x8", "-s8", "--min-split-size=1M", "--allow-overwrite=true", "-d"])
             .arg(out.path())
             .args(["-o", "aria.bin", &url]));
         assert!(std::fs::read(out.path().join("aria.bin")).unwrap() == data, "aria2c copy differs");
@@ -119,7 +120,8 @@ fn sigterm_lets_downloads_in_progress_finish() {
 
 fn rss_bytes(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb: u64 = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
+    let kb: u64 =
+        status.lines().find(|l| l.starts_with("VmRSS:")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
     kb * 1024
 }
 
@@ -152,7 +154,8 @@ fn memory_budget_holds_with_500_slow_clients() {
     let json: serde_json::Value = serde_json::from_str(status.split("\r\n\r\n").nth(1).unwrap()).unwrap();
     let used = json["scheduler"]["used_bytes"].as_u64().unwrap();
     assert!(used <= 16 << 20, "scheduler holds {used} bytes over its 16 MiB budget");
-    let clients: usize = json["scheduler"]["files"].as_array().unwrap().iter().map(|f| f["clients"].as_array().unwrap().len()).sum();
+    let clients: usize =
+        json["scheduler"]["files"].as_array().unwrap().iter().map(|f| f["clients"].as_array().unwrap().len()).sum();
     assert!(clients >= 450, "only {clients} downloads active");
     let rss = rss_bytes(pid);
     let per_client = rss.saturating_sub(baseline + (16 << 20)) / 500;

@@ -2,7 +2,9 @@
 //! one `FileId` per (path, size, mtime), and the lazily built hash index.
 
 use crate::error::HttpError;
+use bytes::{Bytes, BytesMut};
 use circus_core::{BlockLayout, FileId};
+use circus_proto::{Manifest, encode_preamble};
 use circus_store::{BlockReader, FileIndex, INDEX_DIR};
 use std::{
     collections::HashMap,
@@ -26,6 +28,10 @@ pub struct FileEntry {
     pub layout: BlockLayout,
     reader: OnceLock<Arc<BlockReader>>,
     index: OnceCell<Arc<FileIndex>>,
+    /// The encoded preamble and manifest, shared by every native response
+    /// of this version (32 bytes per block: 128 KiB for a 256 MiB file, which
+    /// a slow client would otherwise pin once per connection).
+    preface: OnceLock<Bytes>,
 }
 
 impl FileEntry {
@@ -36,6 +42,18 @@ impl FileEntry {
         }
         let r = Arc::new(BlockReader::open(&self.path)?);
         Ok(self.reader.get_or_init(|| r).clone())
+    }
+
+    /// The native stream's preamble and manifest, encoded once.
+    pub fn preface(&self, index: &FileIndex) -> Result<Bytes, HttpError> {
+        if let Some(p) = self.preface.get() {
+            return Ok(p.clone());
+        }
+        let manifest = Manifest::new(self.layout, index.leaves.clone(), index.sha256, self.etag.clone());
+        let mut buf = BytesMut::new();
+        encode_preamble(&mut buf);
+        manifest.encode(&mut buf).map_err(|e| HttpError::Internal(e.to_string()))?;
+        Ok(self.preface.get_or_init(|| buf.freeze()).clone())
     }
 
     /// The hash index if it has been built already (never waits).
@@ -117,6 +135,7 @@ impl FileTable {
             modified,
             reader: OnceLock::new(),
             index: OnceCell::new(),
+            preface: OnceLock::new(),
         });
         versions.insert(rel, entry.clone());
         Ok(entry)

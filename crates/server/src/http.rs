@@ -9,9 +9,9 @@ use crate::{
     rfc9110::{self, Conditionals, Precondition, Ranges, Validators},
 };
 use base64::Engine;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use circus_core::BlockSet;
-use circus_proto::{CONTENT_TYPE as NATIVE_TYPE, Manifest, NEED_HEADER, encode_preamble};
+use circus_proto::{CONTENT_TYPE as NATIVE_TYPE, NEED_HEADER};
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use std::sync::Arc;
@@ -122,15 +122,9 @@ async fn native(
         ),
         None => BlockSet::new(blocks),
     };
-    let manifest = Manifest::new(file.layout, index.leaves.clone(), index.sha256, file.etag.clone());
-    let mut preface = BytesMut::new();
-    encode_preamble(&mut preface);
-    manifest.encode(&mut preface).map_err(|e| HttpError::Internal(e.to_string()))?;
-    let body = if head {
-        full(Bytes::new())
-    } else {
-        NativeBody::new(&state.driver, file.clone(), preface.freeze(), have).boxed()
-    };
+    let preface = file.preface(&index)?;
+    let body =
+        if head { full(Bytes::new()) } else { NativeBody::new(&state.driver, file.clone(), preface, have).boxed() };
     let mut res = Response::new(body);
     res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(NATIVE_TYPE));
     res.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));

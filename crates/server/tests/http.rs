@@ -22,7 +22,12 @@ async fn start(cache: u64) -> Fixture {
     std::fs::write(dir.path().join("empty"), b"").unwrap();
     std::fs::write(dir.path().join("page.html"), b"<p>hi</p>").unwrap();
     std::fs::create_dir(dir.path().join("d")).unwrap();
-    Fixture { addr: serve(dir.path(), cache).await, _dir: dir, data, client: Client::builder(TokioExecutor::new()).build_http() }
+    Fixture {
+        addr: serve(dir.path(), cache).await,
+        _dir: dir,
+        data,
+        client: Client::builder(TokioExecutor::new()).build_http(),
+    }
 }
 
 async fn serve(root: &Path, cache: u64) -> SocketAddr {

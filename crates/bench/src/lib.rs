@@ -1,0 +1,88 @@
+//! `circus bench`: measurements on real processes and real sockets.
+//!
+//! Each scenario starts the servers it compares as child processes (the
+//! `circus` binary itself, and nginx from the system where a scenario
+//! compares with it), drives them with real clients over 127.0.0.1, and
+//! returns a [`Report`] that prints as JSON or as a table. Every run is
+//! bounded in time and cleans up its processes and files.
+//!
+//! Scenarios so far (issue 3's targets):
+//! - `amplification`: 50 throttled native clients of mixed speeds download
+//!   one file together; storage bytes read over the file size, for the
+//!   circus and sequential policies.
+//! - `hot`: 50 concurrent downloads of a file already in memory, circus
+//!   against nginx (sendfile), with the same client program (curl).
+//! - `slow`: thousands of connections that request a file and then read
+//!   nothing; server memory per connection beyond the cache budget.
+
+mod amplification;
+mod hot;
+mod native_client;
+mod procs;
+mod report;
+mod slow;
+
+pub use report::{Report, Row};
+
+use std::path::PathBuf;
+
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// The `circus` binary to run as the server.
+    pub circus: PathBuf,
+    /// Scratch directory for files, configs and logs.
+    pub work: PathBuf,
+    /// Size of the test file.
+    pub file_size: u64,
+    /// Number of clients or connections.
+    pub clients: usize,
+    /// Server cache budget.
+    pub cache: u64,
+    pub seed: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("{what}: {source}")]
+    Io { what: String, source: std::io::Error },
+    #[error("{0}")]
+    Setup(String),
+    #[error("client failed: {0}")]
+    Client(String),
+}
+
+pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> BenchError {
+    let what = what.into();
+    move |source| BenchError::Io { what, source }
+}
+
+/// Runs a scenario by name; `log` receives progress lines.
+pub async fn run(name: &str, opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Result<Report, BenchError> {
+    std::fs::create_dir_all(&opts.work).map_err(io_err(format!("creating {}", opts.work.display())))?;
+    match name {
+        "amplification" => amplification::run(opts, log).await,
+        "hot" => hot::run(opts, log).await,
+        "slow" => slow::run(opts, log).await,
+        other => Err(BenchError::Setup(format!("unknown scenario {other:?}: use amplification, hot or slow"))),
+    }
+}
+
+/// A file of pseudo-random bytes (incompressible, cheap to make).
+pub(crate) fn make_file(path: &std::path::Path, size: u64, seed: u64) -> Result<(), BenchError> {
+    use rand::{RngCore, SeedableRng};
+    use std::io::Write;
+    if std::fs::metadata(path).is_ok_and(|m| m.len() == size) {
+        return Ok(());
+    }
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).map_err(io_err("creating test file"))?);
+    let mut buf = vec![0u8; 1 << 20];
+    let mut left = size;
+    while left > 0 {
+        rng.fill_bytes(&mut buf);
+        let n = left.min(buf.len() as u64) as usize;
+        f.write_all(&buf[..n]).map_err(io_err("writing test file"))?;
+        left -= n as u64;
+    }
+    f.flush().map_err(io_err("writing test file"))
+}

@@ -1,0 +1,64 @@
+//! A lean native client for load generation: it decodes and verifies every
+//! block like `circus get`, but discards the bytes instead of writing them,
+//! so fifty concurrent 1 GiB downloads do not turn into 50 GiB of disk
+//! writes on the measuring machine.
+
+use bytes::{Bytes, BytesMut};
+use circus_proto::{CONTENT_TYPE, Decoder, Frame};
+use http::Request;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::{client::legacy::Client, rt::TokioExecutor};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Outcome {
+    pub bytes: u64,
+    pub blocks: u64,
+    pub seconds: f64,
+}
+
+/// Downloads `url` natively at up to `rate` bytes/s; fails on any block
+/// that does not verify or a stream that ends before END.
+pub async fn download(url: &str, rate: Option<f64>) -> Result<Outcome, String> {
+    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let req = Request::get(url).header("accept", CONTENT_TYPE).body(Empty::new()).map_err(|e| e.to_string())?;
+    let start = Instant::now();
+    let res = client.request(req).await.map_err(|e| e.to_string())?;
+    if !res.status().is_success() {
+        return Err(format!("status {}", res.status()));
+    }
+    let mut body = res.into_body();
+    let (mut decoder, mut buf, mut out) = (Decoder::new(), BytesMut::new(), Outcome::default());
+    let mut manifest = None;
+    while let Some(frame) = body.frame().await {
+        let chunk = frame.map_err(|e| e.to_string())?.into_data().unwrap_or_default();
+        out.bytes += chunk.len() as u64;
+        buf.extend_from_slice(&chunk);
+        while let Some(f) = decoder.decode(&mut buf).map_err(|e| e.to_string())? {
+            match f {
+                Frame::Manifest(m) => manifest = Some(m),
+                Frame::Block(b) => {
+                    let m = manifest.as_ref().ok_or("block before manifest")?;
+                    m.check_block(b).map_err(|e| e.to_string())?;
+                    out.blocks += 1;
+                }
+                Frame::End => {
+                    out.seconds = start.elapsed().as_secs_f64();
+                    return Ok(out);
+                }
+                Frame::Error { code, message } => return Err(format!("server error {code}: {message}")),
+                Frame::Unknown { .. } => {}
+            }
+        }
+        if let Some(rate) = rate {
+            // Sleep until the bytes so far fit the rate: a token bucket
+            // with the whole download as its window.
+            let due = Duration::from_secs_f64(out.bytes as f64 / rate);
+            let elapsed = start.elapsed();
+            if due > elapsed {
+                tokio::time::sleep(due - elapsed).await;
+            }
+        }
+    }
+    Err("stream ended before END".into())
+}

@@ -1,0 +1,149 @@
+//! Server processes under test, started and always stopped by the bench.
+
+use crate::{BenchError, io_err};
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    net::TcpStream,
+    path::Path,
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+/// A child server; killed when dropped.
+#[derive(Debug)]
+pub struct ServerProc {
+    pub name: String,
+    pub child: Child,
+    pub addr: String,
+}
+
+impl Drop for ServerProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl ServerProc {
+    /// `circus serve ROOT --listen 127.0.0.1:0 EXTRA...`.
+    pub fn circus(bin: &Path, root: &Path, extra: &[String]) -> Result<ServerProc, BenchError> {
+        let mut child = Command::new(bin)
+            .args(["serve", &root.to_string_lossy(), "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .env("CIRCUS_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(io_err(format!("starting {}", bin.display())))?;
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("piped"))
+            .read_line(&mut line)
+            .map_err(io_err("reading server address"))?;
+        let addr = line.trim().rsplit("http://").next().unwrap_or_default().to_owned();
+        if addr.is_empty() {
+            let _ = child.kill();
+            return Err(BenchError::Setup("circus serve printed no address".into()));
+        }
+        Ok(ServerProc { name: "circus".into(), child, addr })
+    }
+
+    /// nginx serving `root` on a free loopback port, with sendfile, its own
+    /// config, pid and logs under `work`.
+    pub fn nginx(root: &Path, work: &Path, directio: bool) -> Result<ServerProc, BenchError> {
+        let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .ok_or_else(|| BenchError::Setup("nginx is not installed: apt-get install nginx".into()))?;
+        let port = free_port()?;
+        let conf = work.join(format!("nginx-{port}.conf"));
+        let direct = if directio { "directio 4m; directio_alignment 4k;" } else { "" };
+        let text = format!(
+            "daemon off; worker_processes auto; pid {work}/nginx-{port}.pid; error_log {work}/nginx-error.log warn;\n\
+             events {{ worker_connections 16384; }}\n\
+             http {{ access_log off; sendfile on; tcp_nopush on; {direct} keepalive_timeout 65;\n\
+               client_body_temp_path {work}/nb; proxy_temp_path {work}/np; fastcgi_temp_path {work}/nf; uwsgi_temp_path {work}/nu; scgi_temp_path {work}/ns;\n\
+               types {{ }} default_type application/octet-stream;\n\
+               server {{ listen 127.0.0.1:{port}; root {root}; }} }}\n",
+            work = work.display(),
+            root = root.display(),
+        );
+        std::fs::write(&conf, text).map_err(io_err("writing nginx config"))?;
+        let child = Command::new(nginx)
+            .args(["-c", &conf.to_string_lossy(), "-e", &work.join("nginx-error.log").to_string_lossy()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(io_err("starting nginx"))?;
+        let addr = format!("127.0.0.1:{port}");
+        for _ in 0..100 {
+            if TcpStream::connect(&addr).is_ok() {
+                return Ok(ServerProc {
+                    name: if directio { "nginx-directio" } else { "nginx-sendfile" }.into(),
+                    child,
+                    addr,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(BenchError::Setup("nginx did not start listening within 5 s".into()))
+    }
+
+    /// Resident memory of the process and its children (nginx workers).
+    pub fn rss_bytes(&self) -> u64 {
+        let mut total = 0;
+        let mut pids = vec![self.child.id()];
+        while let Some(pid) = pids.pop() {
+            total += status_field(pid, "VmRSS:").unwrap_or(0) * 1024;
+            if let Ok(children) = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")) {
+                pids.extend(children.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+            }
+        }
+        total
+    }
+
+    /// User plus system CPU seconds of the process and its children so far.
+    pub fn cpu_seconds(&self) -> f64 {
+        let mut total = 0.0;
+        let mut pids = vec![self.child.id()];
+        let tick = 100.0; // USER_HZ on Linux
+        while let Some(pid) = pids.pop() {
+            if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+                let after = stat.rsplit(')').next().unwrap_or("");
+                let f: Vec<&str> = after.split_whitespace().collect();
+                let get = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+                total += (get(11) + get(12)) / tick;
+            }
+            if let Ok(children) = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")) {
+                pids.extend(children.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+            }
+        }
+        total
+    }
+
+    /// GET a small text resource (metrics, status) over a fresh connection.
+    pub fn get_text(&self, path: &str) -> Result<String, BenchError> {
+        let mut c = TcpStream::connect(&self.addr).map_err(io_err("connecting to server"))?;
+        write!(c, "GET {path} HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n").map_err(io_err("requesting"))?;
+        let mut out = String::new();
+        c.read_to_string(&mut out).map_err(io_err("reading response"))?;
+        Ok(out.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default())
+    }
+
+    /// A counter from `/metrics`, e.g. `circus_storage_read_bytes_total`.
+    pub fn metric(&self, name: &str) -> Result<f64, BenchError> {
+        let text = self.get_text("/metrics")?;
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+            .ok_or_else(|| BenchError::Setup(format!("metric {name} missing")))
+    }
+}
+
+fn status_field(pid: u32, key: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines().find(|l| l.starts_with(key))?.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn free_port() -> Result<u16, BenchError> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(io_err("finding a free port"))?;
+    Ok(l.local_addr().map_err(io_err("finding a free port"))?.port())
+}

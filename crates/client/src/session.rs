@@ -1,0 +1,276 @@
+//! One download from start to finish: load or create its state, run
+//! attempts with bounded, backed-off retries, then verify and install.
+
+use crate::{
+    GetError, GetOptions, Mode, Protocol, Report,
+    digest::Sha256Digest,
+    fetch::{self, Failure, HttpClient, Stop},
+    native,
+    part::{self, Paths, Writer},
+    plain,
+    progress::ProgressSink,
+    state::{PlainState, Progress, State},
+    throttle::Throttle,
+};
+use circus_proto::complement;
+use http::{HeaderMap, Uri};
+use std::time::{Duration, Instant};
+
+/// Persist progress at least this often...
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+/// ...or after this many blocks (native) ...
+const CHECKPOINT_BLOCKS: u32 = 256;
+/// ...or bytes (plain: 256 blocks of 64 KiB), whichever comes first.
+const CHECKPOINT_BYTES: u64 = 16 << 20;
+/// Backoff between retries doubles up to this.
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// Everything an attempt works on.
+pub(crate) struct Job<'a> {
+    pub opts: &'a GetOptions,
+    pub client: &'a HttpClient,
+    pub progress: &'a dyn ProgressSink,
+    pub uri: Uri,
+    pub paths: Paths,
+    pub state: State,
+    pub writer: Writer,
+    pub throttle: Throttle,
+    pub report: Report,
+    dirty_blocks: u32,
+    dirty_bytes: u64,
+    last_checkpoint: Instant,
+}
+
+impl Job<'_> {
+    pub fn note(&self, message: &str) {
+        tracing::debug!(url = %self.uri, "{message}");
+        self.progress.note(message);
+    }
+
+    /// Replaces the progress (a new download or a start-over): the part
+    /// file is emptied and sized to `len`.
+    pub async fn begin(&mut self, progress: Progress, len: u64, repr: Option<Sha256Digest>) -> Result<(), GetError> {
+        self.state.progress = progress;
+        self.state.repr_sha256 = repr;
+        self.writer.reset(len, self.state.to_json()).await?;
+        self.progress.start(self.state.total(), self.state.done_bytes());
+        self.dirty_blocks = 0;
+        self.dirty_bytes = 0;
+        self.last_checkpoint = Instant::now();
+        Ok(())
+    }
+
+    /// Records that `blocks` blocks / `bytes` bytes went to the writer,
+    /// checkpointing when enough has piled up.
+    pub async fn written(&mut self, blocks: u32, bytes: u64) -> Result<(), GetError> {
+        self.progress.advance(bytes);
+        self.dirty_blocks += blocks;
+        self.dirty_bytes += bytes;
+        if self.dirty_blocks >= CHECKPOINT_BLOCKS
+            || self.dirty_bytes >= CHECKPOINT_BYTES
+            || self.last_checkpoint.elapsed() >= CHECKPOINT_EVERY
+        {
+            self.checkpoint().await?;
+        }
+        Ok(())
+    }
+
+    /// Queues "sync, then save the state as it is now".
+    pub async fn checkpoint(&mut self) -> Result<(), GetError> {
+        self.dirty_blocks = 0;
+        self.dirty_bytes = 0;
+        self.last_checkpoint = Instant::now();
+        self.writer.checkpoint(self.state.to_json()).await
+    }
+
+    /// The `Repr-Digest` of a response, if it has a readable SHA-256.
+    pub fn repr_digest(headers: &HeaderMap) -> Option<Sha256Digest> {
+        headers.get("repr-digest").and_then(|v| v.to_str().ok()).and_then(Sha256Digest::from_repr_digest)
+    }
+}
+
+pub(crate) async fn download(
+    client: &HttpClient,
+    opts: &GetOptions,
+    progress: &dyn ProgressSink,
+) -> Result<Report, GetError> {
+    let started = Instant::now();
+    let uri = fetch::parse_url(&opts.url)?;
+    if opts.output.is_dir() {
+        return Err(GetError::Usage(format!("{} is a directory: give a file name with -o", opts.output.display())));
+    }
+    let paths = Paths::new(&opts.output);
+    let (writer, part_len) = Writer::open(&paths).await?;
+    let state = load_state(&paths, opts, part_len, progress);
+    let report = Report {
+        path: opts.output.clone(),
+        protocol: if matches!(state.progress, Progress::Plain(_)) { Protocol::Plain } else { Protocol::Native },
+        resumed_bytes: state.done_bytes(),
+        ..Report::default()
+    };
+    progress.start(state.total(), state.done_bytes());
+    let mut job = Job {
+        opts,
+        client,
+        progress,
+        uri,
+        paths,
+        state,
+        writer,
+        throttle: Throttle::new(opts.limit_rate),
+        report,
+        dirty_blocks: 0,
+        dirty_bytes: 0,
+        last_checkpoint: Instant::now(),
+    };
+    let result = match run(&mut job).await {
+        Ok(()) => finish(job).await,
+        Err(e) => {
+            // Keep whatever was verified for the next run. If the writer is
+            // what failed, this fails too and the old state file stands.
+            let keep = job.state.done_bytes() > 0;
+            if keep {
+                let _ = job.checkpoint().await;
+            }
+            let _ = job.writer.close().await;
+            if !keep {
+                // Nothing worth resuming (a 404, a refused connection):
+                // leave no litter beside the output.
+                part::discard(&job.paths).await;
+            }
+            Err(e)
+        }
+    };
+    progress.finish();
+    result.map(|mut r| {
+        r.elapsed = started.elapsed();
+        r
+    })
+}
+
+/// The saved state if it is for this URL and matches the part file;
+/// otherwise a fresh one (the first response resets the part file).
+fn load_state(paths: &Paths, opts: &GetOptions, part_len: u64, progress: &dyn ProgressSink) -> State {
+    let saved = match std::fs::read(&paths.state) {
+        Ok(bytes) => State::from_json(&bytes),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return State::fresh(&opts.url),
+        Err(e) => Err(e.to_string()),
+    };
+    let mut state = match saved {
+        Ok(s) if s.url != opts.url => {
+            progress.note(&format!("{} is for {}; starting over", paths.state.display(), s.url));
+            return State::fresh(&opts.url);
+        }
+        Ok(s) if s.expected_part_len().is_some_and(|l| l != part_len) => {
+            progress.note(&format!("{} does not match its state file; starting over", paths.part.display()));
+            return State::fresh(&opts.url);
+        }
+        Ok(s) => s,
+        Err(why) => {
+            progress.note(&format!("ignoring {}: {why}; starting over", paths.state.display()));
+            return State::fresh(&opts.url);
+        }
+    };
+    // A native download continued over plain HTTP keeps its verified prefix.
+    if let (Mode::Plain, Progress::Native(n)) = (opts.mode, &state.progress) {
+        let first_missing = complement(&n.have).iter().next();
+        let done = first_missing.map_or(n.layout.len(), |b| n.layout.offset(b));
+        let validator = Some(n.etag.clone());
+        state.progress = Progress::Plain(PlainState { validator, total: Some(n.layout.len()), done });
+    }
+    if state.done_bytes() > 0 {
+        progress.note(&format!("resuming: {} bytes already verified", state.done_bytes()));
+    }
+    state
+}
+
+/// Attempts until the data is complete or the retries run out. `--retries`
+/// bounds failures in a row without progress, so a long download over a
+/// flaky link goes on as long as each connection gets something done.
+async fn run(job: &mut Job<'_>) -> Result<(), GetError> {
+    let mut streak = 0u32;
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        let native_ok = job.opts.mode == Mode::Auto && !matches!(job.state.progress, Progress::Plain(_));
+        let result = if job.state.is_complete() {
+            Ok(())
+        } else if native_ok {
+            native::attempt(job).await
+        } else {
+            plain::attempt(job).await
+        };
+        let failure = match result {
+            Ok(()) => return Ok(()),
+            Err(Stop::Fatal(e)) => return Err(e),
+            Err(Stop::Retry(f)) => f,
+        };
+        if failure.start_over {
+            job.report.restarts += 1;
+            job.begin(Progress::Fresh, 0, None).await?;
+        } else {
+            job.checkpoint().await?;
+        }
+        streak = if failure.progressed { 1 } else { streak + 1 };
+        if streak > job.opts.retries {
+            return Err(give_up(failure, attempts));
+        }
+        let backoff = job.opts.backoff.saturating_mul(1 << (streak - 1).min(16)).min(MAX_BACKOFF);
+        job.note(&format!(
+            "{}; retrying in {:.1} s ({streak} of {})",
+            failure.reason,
+            backoff.as_secs_f64(),
+            job.opts.retries
+        ));
+        tokio::time::sleep(backoff).await;
+        job.report.reconnects += 1;
+    }
+}
+
+fn give_up(failure: Failure, attempts: u32) -> GetError {
+    if failure.corrupt > 0 {
+        let tries = if attempts == 1 { "the only try".to_owned() } else { format!("the last of {attempts} tries") };
+        GetError::Integrity { reason: format!("{} (on {tries})", failure.reason) }
+    } else if let Some((status, message)) = failure.status {
+        GetError::Status { status, message }
+    } else {
+        GetError::Network { attempts, reason: failure.reason }
+    }
+}
+
+/// Sync, check every known whole-file digest, then move into place.
+async fn finish(mut job: Job<'_>) -> Result<Report, GetError> {
+    job.writer.close().await?;
+    let opts = job.opts;
+    let mut wanted: Vec<(&str, Sha256Digest)> = Vec::new();
+    if let Some(d) = opts.expect_digest {
+        wanted.push(("--expect-digest", d));
+    }
+    if opts.verify_digest {
+        if let Some(d) = job.state.repr_sha256 {
+            wanted.push(("the server's Repr-Digest", d));
+        }
+        if let Progress::Native(n) = &job.state.progress
+            && n.sha256 != [0; 32]
+        {
+            wanted.push(("the manifest", Sha256Digest(n.sha256)));
+        }
+    }
+    if !wanted.is_empty() {
+        job.progress.status("checking SHA-256");
+        let got = part::hash(&job.paths).await?;
+        if let Some((source, want)) = wanted.iter().find(|(_, want)| *want != got) {
+            // Wrong content must not stay around looking like progress.
+            part::discard(&job.paths).await;
+            return Err(GetError::Integrity {
+                reason: format!("the file's SHA-256 is {got}, but {source} says {want}"),
+            });
+        }
+        job.report.sha256 = Some(got);
+    }
+    part::install(&job.paths).await?;
+    job.report.protocol =
+        if matches!(job.state.progress, Progress::Native(_)) { Protocol::Native } else { Protocol::Plain };
+    job.report.bytes = job.state.total().unwrap_or(0);
+    Ok(job.report)
+}
