@@ -32,11 +32,19 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
+    // Usage errors exit 1, as every subcommand documents; clap's default of
+    // 2 would collide with `circus get`'s "network failure". Help and
+    // version still exit 0.
+    let cli = Cli::try_parse().unwrap_or_else(|e| {
+        let code = if e.use_stderr() { 1 } else { 0 };
+        let _ = e.print();
+        std::process::exit(code)
+    });
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("CIRCUS_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
-    match Cli::parse().command {
+    match cli.command {
         Command::Serve(args) => serve::main(args),
         Command::Sim(args) => sim::main(args),
         Command::Bench(args) => bench::main(args),

@@ -77,7 +77,15 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>) -> Result<Response<Re
         Precondition::NotModified => status_only(StatusCode::NOT_MODIFIED),
         Precondition::Failed => status_only(StatusCode::PRECONDITION_FAILED),
         Precondition::Proceed if wants_native(h) => native(state, &file, h, head).await?,
-        Precondition::Proceed => plain(state, &file, h, head),
+        Precondition::Proceed => {
+            // Plain clients do not need the hash index, but their responses
+            // carry Repr-Digest once it exists: build it in the background.
+            if file.index_now().is_none() {
+                let (state, file) = (state.clone(), file.clone());
+                tokio::spawn(async move { file.index(state.files.root()).await.ok() });
+            }
+            plain(state, &file, h, head)
+        }
     };
     let rh = res.headers_mut();
     rh.insert(header::ETAG, HeaderValue::from_str(&file.etag).expect("etag is ASCII"));
@@ -96,11 +104,18 @@ fn status_only(status: StatusCode) -> Response<ResBody> {
     res
 }
 
+/// Whether the client lists the native media type with a non-zero quality
+/// (`;q=0` means "not acceptable", RFC 9110 §12.5.1).
 fn wants_native(h: &HeaderMap) -> bool {
-    h.get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .any(|v| v.split(',').any(|m| m.split(';').next().is_some_and(|t| t.trim().eq_ignore_ascii_case(NATIVE_TYPE))))
+    h.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).any(|item| {
+        let mut params = item.split(';');
+        let is_native = params.next().is_some_and(|t| t.trim().eq_ignore_ascii_case(NATIVE_TYPE));
+        let q = params
+            .filter_map(|p| p.trim().strip_prefix("q=").or_else(|| p.trim().strip_prefix("Q=")))
+            .find_map(|q| q.trim().parse::<f32>().ok())
+            .unwrap_or(1.0);
+        is_native && q > 0.0
+    })
 }
 
 async fn native(
@@ -193,4 +208,25 @@ fn plain(state: &Arc<AppState>, file: &Arc<FileEntry>, h: &HeaderMap, head: bool
         rh.insert(header::CONTENT_RANGE, cr);
     }
     res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn native_is_chosen_only_with_nonzero_quality() {
+        let cases = [
+            ("application/vnd.circus.blocks", true),
+            ("text/html, application/vnd.circus.blocks;q=0.5", true),
+            ("application/vnd.circus.blocks;q=0", false),
+            ("application/vnd.circus.blocks; q=0.0, */*", false),
+            ("*/*", false),
+        ];
+        for (accept, want) in cases {
+            let mut h = HeaderMap::new();
+            h.insert(header::ACCEPT, HeaderValue::from_static(accept));
+            assert_eq!(wants_native(&h), want, "{accept}");
+        }
+    }
 }
