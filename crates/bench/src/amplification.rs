@@ -17,7 +17,8 @@ pub async fn run(opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Res
     make_file(&file, opts.file_size, opts.seed)?;
     let mut rows = Vec::new();
     for policy in ["circus", "sequential"] {
-        let args = vec!["--policy".into(), policy.into(), "--cache".into(), opts.cache.to_string()];
+        let mut args = vec!["--policy".into(), policy.into(), "--cache".into(), opts.cache.to_string()];
+        args.extend(opts.server_args.iter().cloned());
         let server = ServerProc::circus(&opts.circus, &root, &args)?;
         // Build the hash index before the clock starts: it is a one-off
         // read of the file that every later run reuses.
@@ -47,11 +48,17 @@ pub async fn run(opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Res
             }
         }
         let read = server.metric("circus_storage_read_bytes_total")? - before;
+        let status: serde_json::Value =
+            serde_json::from_str(&server.get_text("/status")?).map_err(|e| BenchError::Setup(e.to_string()))?;
+        let count = |k: &str| status["counters"][k].as_f64().unwrap_or(f64::NAN);
         rows.push(
             Row::new(policy)
                 .with("storage_bytes_read", read)
                 .with("amplification", read / opts.file_size as f64)
                 .with("download_vs_ideal", slowdown / opts.clients as f64)
+                .with("lead_reads", count("lead_reads"))
+                .with("private_reads", count("private_reads"))
+                .with("hits", count("hits"))
                 .with("wall_s", started.elapsed().as_secs_f64())
                 .with("cpu_s", server.cpu_seconds() - cpu_before)
                 .with("peak_rss_bytes", server.rss_bytes() as f64),

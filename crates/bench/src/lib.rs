@@ -39,6 +39,8 @@ pub struct BenchOptions {
     /// Server cache budget.
     pub cache: u64,
     pub seed: u64,
+    /// Extra `circus serve` flags for every circus server the scenario starts.
+    pub server_args: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -25,6 +25,9 @@ pub struct BenchArgs {
     work: PathBuf,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Extra flag for the circus servers started, e.g. --server-arg=--leapfront=2 (repeatable).
+    #[arg(long = "server-arg", allow_hyphen_values = true)]
+    server_args: Vec<String>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -39,6 +42,7 @@ pub fn main(args: BenchArgs) -> anyhow::Result<()> {
         clients: args.clients.unwrap_or(default_clients),
         cache: args.cache.0,
         seed: args.seed,
+        server_args: args.server_args.clone(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let report = runtime
