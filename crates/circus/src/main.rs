@@ -31,7 +31,7 @@ enum Command {
     Get(get::GetArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() {
     // Usage errors exit 1, as every subcommand documents; clap's default of
     // 2 would collide with `circus get`'s "network failure". Help and
     // version still exit 0.
@@ -44,10 +44,15 @@ fn main() -> anyhow::Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("CIRCUS_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
-    match cli.command {
+    let result = match cli.command {
         Command::Serve(args) => serve::main(args),
         Command::Sim(args) => sim::main(args),
         Command::Bench(args) => bench::main(args),
         Command::Get(args) => get::main(args),
+    };
+    // One line naming the problem and its cause chain, never a backtrace.
+    if let Err(e) = result {
+        eprintln!("circus: {e:#}");
+        std::process::exit(1);
     }
 }

@@ -5,7 +5,7 @@ use circus_core::ByteSize;
 use circus_sched::PolicyKind;
 use circus_server::{FileConfig, ServeConfig, Server};
 use clap::Args;
-use std::{net::SocketAddr, path::PathBuf, time::Duration};
+use std::{net::SocketAddr, path::PathBuf};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -47,6 +47,7 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
+    /// Defaults, then the TOML file, then the flags given.
     fn config(&self) -> anyhow::Result<ServeConfig> {
         if !self.dir.is_dir() {
             anyhow::bail!("{} is not a directory: give the directory whose files to serve", self.dir.display());
@@ -58,27 +59,21 @@ impl ServeArgs {
                 .and_then(|f| f.apply(&mut cfg))
                 .with_context(|| format!("in {}", path.display()))?;
         }
-        let s = &mut cfg.sched;
-        if let Some(v) = self.cache {
-            s.cache_bytes = v.0;
-        }
-        if let Some(v) = self.block {
-            s.block_size = u32::try_from(v.0).context("--block is too large")?;
-        }
-        if let Some(v) = self.active {
-            s.active_len = v.0;
-        }
-        s.policy = self.policy.unwrap_or(s.policy);
-        s.queue_len = self.queue.unwrap_or(s.queue_len);
-        s.leapfront = self.leapfront.unwrap_or(s.leapfront);
-        s.threshold = self.threshold.unwrap_or(s.threshold);
-        s.readahead = self.readahead.unwrap_or(s.readahead);
-        cfg.listen = self.listen.unwrap_or(cfg.listen);
-        cfg.max_connections = self.max_connections.unwrap_or(cfg.max_connections);
-        if let Some(v) = self.drain_timeout {
-            cfg.drain_timeout = Duration::from_secs(v);
-        }
-        cfg.sched.validate().context("invalid settings")?;
+        let flags = FileConfig {
+            listen: self.listen,
+            cache: self.cache,
+            policy: self.policy,
+            block: self.block,
+            queue: self.queue,
+            active: self.active,
+            leapfront: self.leapfront,
+            threshold: self.threshold,
+            readahead: self.readahead,
+            max_connections: self.max_connections,
+            drain_timeout_secs: self.drain_timeout,
+            ..FileConfig::default()
+        };
+        flags.apply(&mut cfg).context("invalid settings")?;
         Ok(cfg)
     }
 }

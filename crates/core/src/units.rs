@@ -14,9 +14,28 @@ pub enum UnitError {
 }
 
 /// A number of bytes. Parses `KiB`/`MiB`/`GiB` as powers of 1024 and
-/// `KB`/`MB`/`GB` as powers of 1000, as written in the IEC standard.
+/// `KB`/`MB`/`GB` as powers of 1000, as written in the IEC standard. In
+/// config files it is written either way: `cache = "1GiB"` or a plain number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "SizeRepr")]
 pub struct ByteSize(pub u64);
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SizeRepr {
+    Bytes(u64),
+    Text(String),
+}
+
+impl TryFrom<SizeRepr> for ByteSize {
+    type Error = UnitError;
+    fn try_from(r: SizeRepr) -> Result<Self, Self::Error> {
+        match r {
+            SizeRepr::Bytes(n) => Ok(ByteSize(n)),
+            SizeRepr::Text(s) => ByteSize::parse(&s),
+        }
+    }
+}
 
 impl ByteSize {
     pub fn parse(input: &str) -> Result<Self, UnitError> {

@@ -37,21 +37,23 @@ impl ServeConfig {
     }
 }
 
-/// The TOML file: every key optional, unknown keys rejected.
+/// Settings as written in the TOML file, and as the command line gives
+/// them: every key optional, unknown keys rejected. Applying one overlays
+/// only what it sets, so the binary applies the file, then the flags.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
     pub listen: Option<SocketAddr>,
-    pub cache: Option<String>,
+    pub cache: Option<ByteSize>,
     pub policy: Option<PolicyKind>,
-    pub block: Option<String>,
+    pub block: Option<ByteSize>,
     pub queue: Option<u32>,
-    pub active: Option<String>,
+    pub active: Option<ByteSize>,
     pub leapfront: Option<f64>,
     pub threshold: Option<f64>,
     pub readahead: Option<u32>,
     pub max_connections: Option<usize>,
-    pub max_header: Option<String>,
+    pub max_header: Option<ByteSize>,
     pub header_timeout_secs: Option<u64>,
     pub io_threads: Option<usize>,
     pub drain_timeout_secs: Option<u64>,
@@ -61,8 +63,8 @@ pub struct FileConfig {
 pub enum ConfigError {
     #[error("config file: {0}")]
     Toml(#[from] toml::de::Error),
-    #[error("config key {key}: {source}")]
-    Unit { key: &'static str, source: circus_core::UnitError },
+    #[error("block size {0} is too large")]
+    BlockTooLarge(ByteSize),
     #[error(transparent)]
     Sched(#[from] circus_sched::ConfigError),
 }
@@ -72,44 +74,30 @@ impl FileConfig {
         Ok(toml::from_str(text)?)
     }
 
-    /// Overlays the file's settings on `cfg`.
+    /// Overlays these settings on `cfg`, then validates the result.
     pub fn apply(&self, cfg: &mut ServeConfig) -> Result<(), ConfigError> {
-        let size = |key, v: &Option<String>| -> Result<Option<u64>, ConfigError> {
-            v.as_deref()
-                .map(|s| ByteSize::parse(s).map(|b| b.0).map_err(|source| ConfigError::Unit { key, source }))
-                .transpose()
-        };
-        if let Some(v) = self.listen {
-            cfg.listen = v;
-        }
-        if let Some(v) = size("cache", &self.cache)? {
-            cfg.sched.cache_bytes = v;
-        }
-        if let Some(v) = self.policy {
-            cfg.sched.policy = v;
-        }
-        if let Some(v) = size("block", &self.block)? {
-            cfg.sched.block_size = u32::try_from(v).unwrap_or(u32::MAX);
-        }
-        if let Some(v) = size("active", &self.active)? {
-            cfg.sched.active_len = v;
-        }
-        if let Some(v) = size("max_header", &self.max_header)? {
-            cfg.max_header_bytes = v as usize;
+        fn set<T: Copy>(target: &mut T, value: Option<T>) {
+            if let Some(v) = value {
+                *target = v;
+            }
         }
         let s = &mut cfg.sched;
-        s.queue_len = self.queue.unwrap_or(s.queue_len);
-        s.leapfront = self.leapfront.unwrap_or(s.leapfront);
-        s.threshold = self.threshold.unwrap_or(s.threshold);
-        s.readahead = self.readahead.unwrap_or(s.readahead);
-        cfg.max_connections = self.max_connections.unwrap_or(cfg.max_connections);
-        cfg.io_threads = self.io_threads.unwrap_or(cfg.io_threads);
-        if let Some(v) = self.header_timeout_secs {
-            cfg.header_timeout = Duration::from_secs(v);
+        set(&mut s.cache_bytes, self.cache.map(|b| b.0));
+        set(&mut s.policy, self.policy);
+        if let Some(b) = self.block {
+            s.block_size = u32::try_from(b.0).map_err(|_| ConfigError::BlockTooLarge(b))?;
         }
-        if let Some(v) = self.drain_timeout_secs {
-            cfg.drain_timeout = Duration::from_secs(v);
-        }
+        set(&mut s.active_len, self.active.map(|b| b.0));
+        set(&mut s.queue_len, self.queue);
+        set(&mut s.leapfront, self.leapfront);
+        set(&mut s.threshold, self.threshold);
+        set(&mut s.readahead, self.readahead);
+        set(&mut cfg.listen, self.listen);
+        set(&mut cfg.max_connections, self.max_connections);
+        set(&mut cfg.max_header_bytes, self.max_header.map(|b| b.0 as usize));
+        set(&mut cfg.io_threads, self.io_threads);
+        set(&mut cfg.header_timeout, self.header_timeout_secs.map(Duration::from_secs));
+        set(&mut cfg.drain_timeout, self.drain_timeout_secs.map(Duration::from_secs));
         cfg.sched.validate()?;
         Ok(())
     }
@@ -128,7 +116,9 @@ mod tests {
             (1 << 30, PolicyKind::Sequential, 8)
         );
         assert!(FileConfig::parse("cahce = \"1GiB\"").unwrap_err().to_string().contains("unknown field"));
-        let bad = FileConfig::parse("block = \"huge\"").unwrap().apply(&mut cfg).unwrap_err();
-        assert!(bad.to_string().contains("block"), "{bad}");
+        let bad = FileConfig::parse("block = \"huge\"").unwrap_err();
+        assert!(bad.to_string().contains("huge"), "{bad}");
+        let bytes = FileConfig::parse("cache = 1048576").unwrap();
+        assert_eq!(bytes.cache, Some(ByteSize(1 << 20)));
     }
 }
