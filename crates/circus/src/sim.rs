@@ -69,6 +69,10 @@ pub struct SimArgs {
     /// Simulated time measured (default: two slowest downloads).
     #[arg(long)]
     measure: Option<humantime::Duration>,
+    /// Start this many clients together instead of holding --load, and run
+    /// until all finish (reports read amplification).
+    #[arg(long)]
+    cohort: Option<usize>,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Print one JSON object instead of a table.
@@ -115,6 +119,7 @@ impl SimArgs {
             seed: self.seed,
             warmup_secs: self.warmup.map(|d| d.as_secs_f64()),
             measure_secs: self.measure.map(|d| d.as_secs_f64()),
+            cohort: self.cohort,
         };
         cfg.validate().context("invalid simulation settings")?;
         Ok(cfg)

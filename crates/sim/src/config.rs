@@ -25,6 +25,10 @@ pub struct SimConfig {
     /// Simulated seconds measured after warm-up (default: two ideal
     /// downloads of the slowest class).
     pub measure_secs: Option<f64>,
+    /// Instead of holding a load: this many clients start together (within
+    /// half a second), nobody replaces them, and the run lasts until all
+    /// finish. Measures storage read amplification of a release-day crowd.
+    pub cohort: Option<usize>,
 }
 
 impl Default for SimConfig {
@@ -43,6 +47,7 @@ impl Default for SimConfig {
             seed: 1,
             warmup_secs: None,
             measure_secs: None,
+            cohort: None,
         }
     }
 }
@@ -109,10 +114,18 @@ impl SimConfig {
     }
 
     pub fn warmup(&self) -> f64 {
+        if self.cohort.is_some() {
+            return 0.0;
+        }
         self.warmup_secs.unwrap_or_else(|| self.slowest_ideal_secs())
     }
 
+    /// A cohort run measures until everyone finished, bounded at 20 ideal
+    /// downloads of the slowest class so a stuck scheduler cannot hang it.
     pub fn measure(&self) -> f64 {
+        if self.cohort.is_some() {
+            return self.measure_secs.unwrap_or(20.0 * self.slowest_ideal_secs());
+        }
         self.measure_secs.unwrap_or_else(|| 2.0 * self.slowest_ideal_secs())
     }
 }

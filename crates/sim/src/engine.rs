@@ -60,6 +60,8 @@ struct Sim<'a> {
     server_ns_per_byte: f64,
     measure_from: u64,
     end: u64,
+    /// When the last cohort client finished.
+    last_finish: u64,
     stats: Stats,
 }
 
@@ -93,6 +95,7 @@ impl<'a> Sim<'a> {
             server_ns_per_byte: NS / cfg.server_link.bytes_per_sec(),
             measure_from: warm,
             end: warm + (cfg.measure() * NS) as u64,
+            last_finish: 0,
             stats: Stats::default(),
         }
     }
@@ -109,9 +112,13 @@ impl<'a> Sim<'a> {
     fn run(mut self, progress: Progress<'_>) -> SimReport {
         let wall = Instant::now();
         // Stagger the first downloads over one download time of their class
-        // so the run does not start in lock-step.
-        for slot in 0..self.cfg.clients() {
-            let t = self.rng.random_range(0.0..self.cfg.slowest_ideal_secs());
+        // so the run does not start in lock-step; a cohort starts together.
+        let (slots, spread) = match self.cfg.cohort {
+            Some(n) => (n, 0.5),
+            None => (self.cfg.clients(), self.cfg.slowest_ideal_secs()),
+        };
+        for slot in 0..slots {
+            let t = self.rng.random_range(0.0..spread);
             self.at((t * NS) as u64, Ev::Start(slot));
         }
         let tick = (self.end / 100).max(1);
@@ -235,11 +242,16 @@ impl<'a> Sim<'a> {
                 self.stats.failed += 1;
             }
         }
-        self.at(self.now, Ev::Start(c.slot));
+        if self.cfg.cohort.is_none() {
+            self.at(self.now, Ev::Start(c.slot));
+        } else {
+            self.last_finish = self.now;
+        }
     }
 
     fn report(self, wall_s: f64) -> SimReport {
-        let secs = (self.end - self.measure_from) as f64 / NS;
+        let end = if self.cfg.cohort.is_some() && self.clients.is_empty() { self.last_finish } else { self.end };
+        let secs = (end - self.measure_from).max(1) as f64 / NS;
         let s = &self.stats;
         let mut times: Vec<f64> = s.downloads.iter().map(|d| d.1).collect();
         times.sort_by(f64::total_cmp);
@@ -269,7 +281,7 @@ impl<'a> Sim<'a> {
             file_size: cfg.file_size,
             block_size: cfg.sched.block_size,
             cache_bytes: cfg.sched.cache_bytes,
-            clients: cfg.clients(),
+            clients: cfg.cohort.unwrap_or_else(|| cfg.clients()),
             seed: cfg.seed,
             warmup_s: self.measure_from as f64 / NS,
             measured_s: secs,
@@ -277,6 +289,7 @@ impl<'a> Sim<'a> {
             net_bytes_per_s: s.net_bytes as f64 / secs,
             disk_bytes_per_s: s.disk_bytes as f64 / secs,
             miss_ratio: if s.net_bytes == 0 { f64::NAN } else { s.disk_bytes as f64 / s.net_bytes as f64 },
+            amplification: s.disk_bytes as f64 / cfg.file_size as f64,
             download_mean_s: mean(&times),
             download_p95_s: p95.unwrap_or(f64::NAN),
             download_ideal_s: mean(&ideals),
@@ -288,5 +301,42 @@ impl<'a> Sim<'a> {
             events: s.events,
             wall_s,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use circus_sched::PolicyKind;
+
+    fn cohort(links: &str, policy: PolicyKind) -> SimReport {
+        let mut cfg =
+            SimConfig { file_size: 16 << 20, cohort: Some(20), links: links.parse().unwrap(), ..SimConfig::default() };
+        cfg.sched.policy = policy;
+        cfg.sched.cache_bytes = 4 << 20;
+        cfg.sched.active_len = 1 << 20;
+        run(&cfg, &mut |_| {}).unwrap()
+    }
+
+    #[test]
+    fn a_cohort_runs_until_everyone_finishes() {
+        let r = cohort("10T", PolicyKind::Circus);
+        assert_eq!(r.clients_completed, 20);
+        // Same-speed clients starting together share one pass over the file.
+        assert!((1.0..1.05).contains(&r.amplification), "amplification {}", r.amplification);
+    }
+
+    #[test]
+    fn mixed_speed_cohort_reads_more_but_circus_no_more_than_sequential() {
+        let circus = cohort("10T+T3", PolicyKind::Circus);
+        let sequential = cohort("10T+T3", PolicyKind::Sequential);
+        assert_eq!(circus.clients_completed, 20);
+        assert!(circus.amplification > 1.2, "a 4.5x speed spread must cost extra reads: {}", circus.amplification);
+        assert!(
+            circus.amplification <= sequential.amplification,
+            "{} vs {}",
+            circus.amplification,
+            sequential.amplification
+        );
     }
 }

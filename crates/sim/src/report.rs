@@ -24,6 +24,9 @@ pub struct SimReport {
     pub disk_bytes_per_s: f64,
     /// Disk bytes read / bytes sent, over the measured interval.
     pub miss_ratio: f64,
+    /// Disk bytes read / file size: for a cohort run, how many times the
+    /// file was read to serve everybody.
+    pub amplification: f64,
     pub download_mean_s: f64,
     pub download_p95_s: f64,
     /// File size / client link rate, averaged over the completed downloads.
@@ -67,7 +70,7 @@ impl SimReport {
             ("offered", mb(self.offered_bytes_per_s)),
             ("network", format!("{} ({:.1}% of offered)", mb(self.net_bytes_per_s), 100.0 * self.net_vs_offered())),
             ("disk", format!("{} (busy {:.0}%)", mb(self.disk_bytes_per_s), 100.0 * self.disk_busy_fraction)),
-            ("miss ratio", format!("{:.4}", self.miss_ratio)),
+            ("miss ratio", format!("{:.4} (file read {:.2} times)", self.miss_ratio, self.amplification)),
             (
                 "download",
                 format!(
