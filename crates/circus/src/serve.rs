@@ -44,6 +44,10 @@ pub struct ServeArgs {
     /// Seconds to wait for downloads in progress on SIGTERM (default 30).
     #[arg(long)]
     drain_timeout: Option<u64>,
+    /// Unsent bytes per connection kept in the kernel (default 128KiB; 0 =
+    /// system default). Small values let the scheduler see clients' real pace.
+    #[arg(long)]
+    send_lowat: Option<ByteSize>,
 }
 
 impl ServeArgs {
@@ -71,6 +75,7 @@ impl ServeArgs {
             readahead: self.readahead,
             max_connections: self.max_connections,
             drain_timeout_secs: self.drain_timeout,
+            send_lowat: self.send_lowat,
             ..FileConfig::default()
         };
         flags.apply(&mut cfg).context("invalid settings")?;

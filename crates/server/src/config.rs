@@ -20,6 +20,9 @@ pub struct ServeConfig {
     pub io_threads: usize,
     /// How long SIGTERM waits for downloads in progress.
     pub drain_timeout: Duration,
+    /// Unsent bytes a connection may hold in the kernel (TCP_NOTSENT_LOWAT);
+    /// `None` leaves the system default.
+    pub send_lowat: Option<u32>,
 }
 
 impl ServeConfig {
@@ -33,6 +36,7 @@ impl ServeConfig {
             header_timeout: Duration::from_secs(30),
             io_threads: 16,
             drain_timeout: Duration::from_secs(30),
+            send_lowat: Some(128 * 1024),
         }
     }
 }
@@ -57,6 +61,8 @@ pub struct FileConfig {
     pub header_timeout_secs: Option<u64>,
     pub io_threads: Option<usize>,
     pub drain_timeout_secs: Option<u64>,
+    /// 0 leaves the system default.
+    pub send_lowat: Option<ByteSize>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -98,6 +104,9 @@ impl FileConfig {
         set(&mut cfg.io_threads, self.io_threads);
         set(&mut cfg.header_timeout, self.header_timeout_secs.map(Duration::from_secs));
         set(&mut cfg.drain_timeout, self.drain_timeout_secs.map(Duration::from_secs));
+        if let Some(b) = self.send_lowat {
+            cfg.send_lowat = u32::try_from(b.0).ok().filter(|&v| v > 0);
+        }
         cfg.sched.validate()?;
         Ok(())
     }
