@@ -18,7 +18,16 @@ pub struct ServerProc {
 }
 
 impl Drop for ServerProc {
+    /// SIGTERM first, so nginx's master stops its workers (SIGKILL would
+    /// orphan them) and circus drains; SIGKILL if it is still up after 5 s.
     fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        for _ in 0..100 {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
