@@ -98,11 +98,15 @@ impl ServerProc {
     }
 
     /// Resident memory of the process and its children (nginx workers).
+    /// Resident memory of the process and its children, counting the pages
+    /// of memfds they hold (circus's cache arena is one: its pages are sent
+    /// with sendfile and never mapped in, so VmRSS alone would miss them).
     pub fn rss_bytes(&self) -> u64 {
         let mut total = 0;
         let mut pids = vec![self.child.id()];
         while let Some(pid) = pids.pop() {
-            total += status_field(pid, "VmRSS:").unwrap_or(0) * 1024;
+            let shmem = status_field(pid, "RssShmem:").unwrap_or(0) * 1024;
+            total += status_field(pid, "VmRSS:").unwrap_or(0) * 1024 - shmem + memfd_bytes(pid).max(shmem);
             if let Ok(children) = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")) {
                 pids.extend(children.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
             }
@@ -155,4 +159,15 @@ fn status_field(pid: u32, key: &str) -> Option<u64> {
 fn free_port() -> Result<u16, BenchError> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(io_err("finding a free port"))?;
     Ok(l.local_addr().map_err(io_err("finding a free port"))?.port())
+}
+
+/// Bytes allocated to the memfds a process holds open.
+fn memfd_bytes(pid: u32) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return 0 };
+    fds.filter_map(Result::ok)
+        .filter(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t.to_string_lossy().starts_with("/memfd:")))
+        .filter_map(|fd| std::fs::metadata(fd.path()).ok())
+        .map(|m| m.blocks() * 512)
+        .sum()
 }

@@ -48,6 +48,10 @@ pub struct ServeArgs {
     /// system default). Small values let the scheduler see clients' real pace.
     #[arg(long)]
     send_lowat: Option<ByteSize>,
+    /// Send cached blocks with sendfile(2) from a memfd instead of copying
+    /// them into each socket (default true).
+    #[arg(long)]
+    zero_copy: Option<bool>,
 }
 
 impl ServeArgs {
@@ -76,6 +80,7 @@ impl ServeArgs {
             max_connections: self.max_connections,
             drain_timeout_secs: self.drain_timeout,
             send_lowat: self.send_lowat,
+            zero_copy: self.zero_copy,
             ..FileConfig::default()
         };
         flags.apply(&mut cfg).context("invalid settings")?;

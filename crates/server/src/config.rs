@@ -23,6 +23,9 @@ pub struct ServeConfig {
     /// Unsent bytes a connection may hold in the kernel (TCP_NOTSENT_LOWAT);
     /// `None` leaves the system default.
     pub send_lowat: Option<u32>,
+    /// Keep cached blocks in a memfd and send them with `sendfile(2)`
+    /// instead of copying them into each socket.
+    pub zero_copy: bool,
 }
 
 impl ServeConfig {
@@ -37,6 +40,7 @@ impl ServeConfig {
             io_threads: 16,
             drain_timeout: Duration::from_secs(30),
             send_lowat: Some(128 * 1024),
+            zero_copy: true,
         }
     }
 }
@@ -63,6 +67,7 @@ pub struct FileConfig {
     pub drain_timeout_secs: Option<u64>,
     /// 0 leaves the system default.
     pub send_lowat: Option<ByteSize>,
+    pub zero_copy: Option<bool>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -104,6 +109,7 @@ impl FileConfig {
         set(&mut cfg.io_threads, self.io_threads);
         set(&mut cfg.header_timeout, self.header_timeout_secs.map(Duration::from_secs));
         set(&mut cfg.drain_timeout, self.drain_timeout_secs.map(Duration::from_secs));
+        set(&mut cfg.zero_copy, self.zero_copy);
         if let Some(b) = self.send_lowat {
             cfg.send_lowat = u32::try_from(b.0).ok().filter(|&v| v > 0);
         }

@@ -3,12 +3,13 @@
 //! through a [`DriverHandle`]; storage reads run on blocking threads, at most
 //! `io_threads` at once, and report back as events.
 
-use crate::{files::FileEntry, metrics::Metrics};
+use crate::{arena::Arena, files::FileEntry, metrics::Metrics};
 use bytes::Bytes;
 use circus_core::{BlockIdx, BlockSet, ClientId, FileId};
 use circus_sched::{Action, Counters, Event, SchedConfig, Scheduler, Status};
 use rustc_hash::FxHashMap;
 use std::{
+    ops::Range,
     sync::{Arc, atomic::AtomicU64, atomic::Ordering},
     time::Instant,
 };
@@ -28,7 +29,7 @@ pub enum Delivery {
 #[derive(Debug)]
 enum Cmd {
     Join { id: ClientId, file: Arc<FileEntry>, have: BlockSet, in_order: bool, tx: mpsc::Sender<Delivery> },
-    Sent { id: ClientId, block: BlockIdx },
+    Sent { id: ClientId, blocks: Range<BlockIdx> },
     Leave { id: ClientId },
     Loaded { file: Arc<FileEntry>, block: BlockIdx, result: Result<Bytes, String> },
     Status { reply: oneshot::Sender<(Status, Counters)> },
@@ -40,6 +41,7 @@ pub struct DriverHandle {
     tx: mpsc::UnboundedSender<Cmd>,
     next_id: Arc<AtomicU64>,
     queue_len: usize,
+    arena: Option<Arc<Arena>>,
 }
 
 impl DriverHandle {
@@ -53,9 +55,18 @@ impl DriverHandle {
         (id, rx)
     }
 
-    /// The client's socket took `block`: its queue slot is free.
-    pub fn sent(&self, id: ClientId, block: BlockIdx) {
-        self.send(Cmd::Sent { id, block });
+    /// The client's socket took `blocks`: their queue slots are free. One
+    /// command for a run, so the blocks that refill the queue are all
+    /// delivered together and the connection can send them as one run too.
+    pub fn sent(&self, id: ClientId, blocks: Range<BlockIdx>) {
+        if !blocks.is_empty() {
+            self.send(Cmd::Sent { id, blocks });
+        }
+    }
+
+    /// The cache memory blocks live in, when sends skip the copy.
+    pub fn arena(&self) -> Option<&Arc<Arena>> {
+        self.arena.as_ref()
     }
 
     pub fn leave(&self, id: ClientId) {
@@ -89,13 +100,15 @@ struct Driver {
     /// each (the entry is dropped at zero).
     files: FxHashMap<FileId, (Arc<FileEntry>, usize)>,
     io: Arc<Semaphore>,
+    /// Where read blocks are kept, when sends can skip the copy.
+    arena: Option<Arc<Arena>>,
     tx: mpsc::UnboundedSender<Cmd>,
     started: Instant,
     metrics: Arc<Metrics>,
 }
 
 /// Spawns the driver on the current runtime.
-pub fn spawn(cfg: SchedConfig, io_threads: usize, metrics: Arc<Metrics>) -> DriverHandle {
+pub fn spawn(cfg: SchedConfig, io_threads: usize, metrics: Arc<Metrics>, arena: Option<Arc<Arena>>) -> DriverHandle {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let queue_len = cfg.queue_len as usize;
     let mut driver = Driver {
@@ -104,6 +117,7 @@ pub fn spawn(cfg: SchedConfig, io_threads: usize, metrics: Arc<Metrics>) -> Driv
         clients: FxHashMap::default(),
         files: FxHashMap::default(),
         io: Arc::new(Semaphore::new(io_threads.max(1))),
+        arena: arena.clone(),
         tx: tx.clone(),
         started: Instant::now(),
         metrics,
@@ -113,7 +127,7 @@ pub fn spawn(cfg: SchedConfig, io_threads: usize, metrics: Arc<Metrics>) -> Driv
             driver.handle(cmd);
         }
     });
-    DriverHandle { tx, next_id: Arc::new(AtomicU64::new(1)), queue_len }
+    DriverHandle { tx, next_id: Arc::new(AtomicU64::new(1)), queue_len, arena }
 }
 
 impl Driver {
@@ -123,19 +137,21 @@ impl Driver {
 
     fn handle(&mut self, cmd: Cmd) {
         let event = match cmd {
+            Cmd::Sent { id, blocks } => {
+                let layout = self.clients.get(&id).and_then(|c| self.files.get(&c.file)).map(|(f, _)| f.layout);
+                for block in blocks {
+                    if let Some(layout) = layout {
+                        self.metrics.sent_bytes.inc_by(u64::from(layout.block_len(block)));
+                    }
+                    self.step(Event::Sent { client: id, block });
+                }
+                return;
+            }
             Cmd::Join { id, file, have, in_order, tx } => {
                 let event = Event::Join { client: id, file: file.id, len: file.size, have: Some(have), in_order };
                 self.retain_file(&file);
                 self.clients.insert(id, Client { tx, file: file.id, joined: Instant::now() });
                 event
-            }
-            Cmd::Sent { id, block } => {
-                if let Some(c) = self.clients.get(&id)
-                    && let Some((f, _)) = self.files.get(&c.file)
-                {
-                    self.metrics.sent_bytes.inc_by(u64::from(f.layout.block_len(block)));
-                }
-                Event::Sent { client: id, block }
             }
             Cmd::Leave { id } => {
                 if self.clients.contains_key(&id) {
@@ -161,6 +177,11 @@ impl Driver {
                 return;
             }
         };
+        self.step(event);
+    }
+
+    /// Feeds one event to the scheduler and carries out its actions.
+    fn step(&mut self, event: Event) {
         let now = self.now();
         let actions: Vec<Action> = self.sched.on_event(now, event).collect();
         for action in actions {
@@ -203,12 +224,16 @@ impl Driver {
     fn read(&mut self, file: FileId, block: BlockIdx) {
         let entry = self.files.get(&file).expect("the scheduler reads only files with clients").0.clone();
         let (io, tx) = (self.io.clone(), self.tx.clone());
+        let slot = self.arena.as_ref().and_then(|a| a.slot());
         tokio::spawn(async move {
             let _permit = io.acquire_owned().await;
             let reading = entry.clone();
-            let result = tokio::task::spawn_blocking(move || read_verified(&reading, block))
-                .await
-                .unwrap_or_else(|e| Err(format!("read task: {e}")));
+            let result = tokio::task::spawn_blocking(move || {
+                let bytes = read_verified(&reading, block)?;
+                Ok(slot.and_then(|s| s.fill(&bytes)).unwrap_or(bytes))
+            })
+            .await
+            .unwrap_or_else(|e| Err(format!("read task: {e}")));
             let _ = tx.send(Cmd::Loaded { file: entry, block, result });
         });
     }

@@ -23,6 +23,7 @@
 //! # }
 //! ```
 
+mod arena;
 mod body;
 pub mod config;
 mod driver;
@@ -32,6 +33,7 @@ mod http;
 mod metrics;
 mod observe;
 pub mod rfc9110;
+mod sendfile;
 
 pub use config::{FileConfig, ServeConfig};
 pub use error::HttpError;
@@ -44,6 +46,7 @@ use hyper_util::{
     server::{conn::auto, graceful::GracefulShutdown},
 };
 use prometheus_client::registry::Registry;
+use sendfile::SendfileStream;
 use std::{future::Future, net::SocketAddr, sync::Arc};
 use tokio::{net::TcpListener, sync::Semaphore};
 
@@ -59,6 +62,8 @@ pub(crate) struct AppState {
 #[derive(Debug)]
 pub struct Server {
     listener: TcpListener,
+    /// Cache memory that connections send from without copying.
+    arena: Option<Arc<arena::Arena>>,
     state: Arc<AppState>,
     cfg: ServeConfig,
 }
@@ -75,8 +80,9 @@ impl Server {
         let listener = TcpListener::bind(cfg.listen).await?;
         let mut registry = Registry::default();
         let metrics = Arc::new(metrics::Metrics::register(&mut registry));
-        let driver = driver::spawn(cfg.sched.clone(), cfg.io_threads, metrics.clone());
-        Ok(Server { listener, state: Arc::new(AppState { files, driver, metrics, registry }), cfg })
+        let arena = if cfg.zero_copy { cache_arena(&cfg) } else { None };
+        let driver = driver::spawn(cfg.sched.clone(), cfg.io_threads, metrics.clone(), arena.clone());
+        Ok(Server { listener, arena, state: Arc::new(AppState { files, driver, metrics, registry }), cfg })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -133,7 +139,9 @@ impl Server {
                     Ok(http::handle(state, req).await)
                 }
             });
-            let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
+            let conn = builder
+                .serve_connection(TokioIo::new(SendfileStream::new(stream, self.arena.clone())), service)
+                .into_owned();
             let conn = graceful.watch(conn);
             let metrics = self.state.metrics.clone();
             tokio::spawn(async move {
@@ -151,4 +159,15 @@ impl Server {
         }
         Ok(())
     }
+}
+
+/// The zero-copy cache memory: a slot per block of the budget, plus a
+/// quarter for blocks that hyper still holds after the scheduler counted
+/// them sent (blocks beyond that use heap memory, as without an arena).
+fn cache_arena(cfg: &ServeConfig) -> Option<Arc<arena::Arena>> {
+    let block = cfg.sched.block_size as usize;
+    let slots = (cfg.sched.cache_bytes as usize).div_ceil(block) * 5 / 4 + 1;
+    arena::Arena::new(block, slots)
+        .inspect_err(|e| tracing::warn!(error = %e, "no memfd for the cache: sending with ordinary writes"))
+        .ok()
 }

@@ -1,0 +1,135 @@
+//! A TCP stream that sends cache-arena bytes with `sendfile(2)`.
+//!
+//! hyper writes response bodies as the very [`bytes::Bytes`] the body
+//! yielded, through vectored writes. This wrapper looks at each slice hyper
+//! passes: when it lies in the [`Arena`], the same bytes go out with
+//! `sendfile` from the arena's memfd (no copy into the socket buffer);
+//! anything else (response heads, frame headers, heap blocks) goes out with
+//! an ordinary `writev`. The bytes on the wire are identical either way.
+
+use crate::arena::Arena;
+use std::{
+    io::{self, IoSlice},
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll, ready},
+};
+use tokio::{
+    io::{AsyncRead, AsyncWrite, Interest, ReadBuf},
+    net::TcpStream,
+};
+
+#[derive(Debug)]
+pub struct SendfileStream {
+    inner: TcpStream,
+    arena: Option<Arc<Arena>>,
+}
+
+impl SendfileStream {
+    /// Without an arena every write is an ordinary one.
+    pub fn new(inner: TcpStream, arena: Option<Arc<Arena>>) -> Self {
+        SendfileStream { inner, arena }
+    }
+
+    fn poll_sendfile(
+        &self,
+        cx: &mut Context<'_>,
+        arena: &Arena,
+        mut offset: u64,
+        len: usize,
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            ready!(self.inner.poll_write_ready(cx))?;
+            let sent = self.inner.try_io(Interest::WRITABLE, || {
+                Ok(rustix::fs::sendfile(&self.inner, arena.memfd(), Some(&mut offset), len)?)
+            });
+            match sent {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                other => return Poll::Ready(other),
+            }
+        }
+    }
+}
+
+impl AsyncRead for SendfileStream {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for SendfileStream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        self.poll_write_vectored(cx, &[IoSlice::new(buf)])
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let bufs = &bufs[bufs.iter().take_while(|b| b.is_empty()).count()..];
+        if let (Some(arena), Some(first)) = (self.arena.clone(), bufs.first()) {
+            if let Some(offset) = arena.locate(first) {
+                return self.poll_sendfile(cx, &arena, offset, first.len());
+            }
+            // Heads and other heap bytes up to the next arena slice: writev.
+            let plain = bufs.iter().take_while(|b| arena.locate(b).is_none()).count();
+            return Pin::new(&mut self.inner).poll_write_vectored(cx, &bufs[..plain]);
+        }
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    /// Always: hyper must hand over body bytes as they are (not flattened
+    /// into its own buffer) for the arena check to see them.
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn mixed_heap_and_arena_slices_arrive_in_order() {
+        let arena = Arena::new(1 << 20, 2).unwrap();
+        let block: Vec<u8> = (0..(1 << 20)).map(|i| (i % 253) as u8).collect();
+        let cached = arena.store(&block).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let reader = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut all = Vec::new();
+            s.read_to_end(&mut all).await.unwrap();
+            all
+        });
+        let mut out = SendfileStream::new(TcpStream::connect(addr).await.unwrap(), Some(arena));
+        let (head, tail) = (b"head:".to_vec(), b":tail".to_vec());
+        let body = cached.slice(100..);
+        let mut parts = [&head[..], &body[..], &tail[..]];
+        // A vectored write loop like hyper's: advance past what was taken.
+        while parts.iter().any(|p| !p.is_empty()) {
+            let slices: Vec<IoSlice> = parts.iter().map(|p| IoSlice::new(p)).collect();
+            let mut n = std::future::poll_fn(|cx| Pin::new(&mut out).poll_write_vectored(cx, &slices)).await.unwrap();
+            for p in &mut parts {
+                let take = n.min(p.len());
+                *p = &p[take..];
+                n -= take;
+            }
+        }
+        out.shutdown().await.unwrap();
+        let got = reader.await.unwrap();
+        let want = [&head[..], &block[100..], &tail[..]].concat();
+        assert_eq!(got.len(), want.len());
+        assert!(got == want, "bytes differ");
+    }
+}
