@@ -52,6 +52,10 @@ pub struct ServeArgs {
     /// them into each socket (default true).
     #[arg(long)]
     zero_copy: Option<bool>,
+    /// Cap on storage reads, bytes per second (e.g. 50MiB; default none).
+    /// Downloads wait rather than read faster.
+    #[arg(long)]
+    read_rate: Option<ByteSize>,
 }
 
 impl ServeArgs {
@@ -81,6 +85,7 @@ impl ServeArgs {
             drain_timeout_secs: self.drain_timeout,
             send_lowat: self.send_lowat,
             zero_copy: self.zero_copy,
+            read_rate: self.read_rate,
             ..FileConfig::default()
         };
         flags.apply(&mut cfg).context("invalid settings")?;

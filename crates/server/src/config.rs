@@ -26,6 +26,8 @@ pub struct ServeConfig {
     /// Keep cached blocks in a memfd and send them with `sendfile(2)`
     /// instead of copying them into each socket.
     pub zero_copy: bool,
+    /// Most bytes per second read from storage (`None`: as fast as it goes).
+    pub read_rate: Option<u64>,
 }
 
 impl ServeConfig {
@@ -41,6 +43,7 @@ impl ServeConfig {
             drain_timeout: Duration::from_secs(30),
             send_lowat: Some(128 * 1024),
             zero_copy: true,
+            read_rate: None,
         }
     }
 }
@@ -68,6 +71,8 @@ pub struct FileConfig {
     /// 0 leaves the system default.
     pub send_lowat: Option<ByteSize>,
     pub zero_copy: Option<bool>,
+    /// Bytes per second; 0 removes the cap.
+    pub read_rate: Option<ByteSize>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -110,6 +115,9 @@ impl FileConfig {
         set(&mut cfg.header_timeout, self.header_timeout_secs.map(Duration::from_secs));
         set(&mut cfg.drain_timeout, self.drain_timeout_secs.map(Duration::from_secs));
         set(&mut cfg.zero_copy, self.zero_copy);
+        if let Some(r) = self.read_rate {
+            cfg.read_rate = Some(r.0).filter(|&v| v > 0);
+        }
         if let Some(b) = self.send_lowat {
             cfg.send_lowat = u32::try_from(b.0).ok().filter(|&v| v > 0);
         }

@@ -3,7 +3,7 @@
 //! through a [`DriverHandle`]; storage reads run on blocking threads, at most
 //! `io_threads` at once, and report back as events.
 
-use crate::{arena::Arena, files::FileEntry, metrics::Metrics};
+use crate::{arena::Arena, files::FileEntry, metrics::Metrics, pacer::ReadPacer};
 use bytes::Bytes;
 use circus_core::{BlockIdx, BlockSet, ClientId, FileId};
 use circus_sched::{Action, Counters, Event, SchedConfig, Scheduler, Status};
@@ -102,13 +102,26 @@ struct Driver {
     io: Arc<Semaphore>,
     /// Where read blocks are kept, when sends can skip the copy.
     arena: Option<Arc<Arena>>,
+    pacer: Option<Arc<ReadPacer>>,
     tx: mpsc::UnboundedSender<Cmd>,
     started: Instant,
     metrics: Arc<Metrics>,
 }
 
+/// How the driver reads storage.
+#[derive(Debug)]
+pub struct Storage {
+    /// Reads in flight at once.
+    pub io_threads: usize,
+    /// Where read blocks are kept, when sends can skip the copy.
+    pub arena: Option<Arc<Arena>>,
+    /// A cap on read bandwidth.
+    pub pacer: Option<Arc<ReadPacer>>,
+}
+
 /// Spawns the driver on the current runtime.
-pub fn spawn(cfg: SchedConfig, io_threads: usize, metrics: Arc<Metrics>, arena: Option<Arc<Arena>>) -> DriverHandle {
+pub fn spawn(cfg: SchedConfig, storage: Storage, metrics: Arc<Metrics>) -> DriverHandle {
+    let Storage { io_threads, arena, pacer } = storage;
     let (tx, mut rx) = mpsc::unbounded_channel();
     let queue_len = cfg.queue_len as usize;
     let mut driver = Driver {
@@ -118,6 +131,7 @@ pub fn spawn(cfg: SchedConfig, io_threads: usize, metrics: Arc<Metrics>, arena: 
         files: FxHashMap::default(),
         io: Arc::new(Semaphore::new(io_threads.max(1))),
         arena: arena.clone(),
+        pacer,
         tx: tx.clone(),
         started: Instant::now(),
         metrics,
@@ -223,10 +237,14 @@ impl Driver {
 
     fn read(&mut self, file: FileId, block: BlockIdx) {
         let entry = self.files.get(&file).expect("the scheduler reads only files with clients").0.clone();
-        let (io, tx) = (self.io.clone(), self.tx.clone());
+        let (io, tx, pacer) = (self.io.clone(), self.tx.clone(), self.pacer.clone());
         let slot = self.arena.as_ref().and_then(|a| a.slot());
         tokio::spawn(async move {
             let _permit = io.acquire_owned().await;
+            if let Some(pacer) = pacer {
+                let len = u64::from(entry.layout.block_len(block));
+                tokio::time::sleep(pacer.book(std::time::Instant::now(), len)).await;
+            }
             let reading = entry.clone();
             let result = tokio::task::spawn_blocking(move || {
                 let bytes = read_verified(&reading, block)?;

@@ -12,7 +12,8 @@
 //! `driver` (the task that owns the scheduler and cache), `body` (response
 //! bodies fed by the driver), `http` (routing and HTTP semantics),
 //! [`rfc9110`] (pure precondition and range rules), `observe`
-//! (`/metrics`, `/status`).
+//! (`/metrics`, `/status`), `arena` and `sendfile` (cache memory in a memfd,
+//! sent with `sendfile(2)` instead of copied), `pacer` (a storage read cap).
 //!
 //! ```no_run
 //! # async fn run() -> std::io::Result<()> {
@@ -32,6 +33,7 @@ pub mod files;
 mod http;
 mod metrics;
 mod observe;
+mod pacer;
 pub mod rfc9110;
 mod sendfile;
 
@@ -81,7 +83,12 @@ impl Server {
         let mut registry = Registry::default();
         let metrics = Arc::new(metrics::Metrics::register(&mut registry));
         let arena = if cfg.zero_copy { cache_arena(&cfg) } else { None };
-        let driver = driver::spawn(cfg.sched.clone(), cfg.io_threads, metrics.clone(), arena.clone());
+        let storage = driver::Storage {
+            io_threads: cfg.io_threads,
+            arena: arena.clone(),
+            pacer: cfg.read_rate.map(|r| Arc::new(pacer::ReadPacer::new(r))),
+        };
+        let driver = driver::spawn(cfg.sched.clone(), storage, metrics.clone());
         Ok(Server { listener, arena, state: Arc::new(AppState { files, driver, metrics, registry }), cfg })
     }
 
