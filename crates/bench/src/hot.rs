@@ -64,7 +64,8 @@ pub async fn run(opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Res
     };
     let mut rows = Vec::new();
     for (i, server) in servers.iter().enumerate() {
-        let (low, high) = (rates[i].iter().copied().fold(f64::MAX, f64::min), rates[i].iter().copied().fold(0.0, f64::max));
+        let (low, high) =
+            (rates[i].iter().copied().fold(f64::MAX, f64::min), rates[i].iter().copied().fold(0.0, f64::max));
         rows.push(
             Row::new(&server.name)
                 .with("aggregate_bytes_per_s", median(&mut rates[i]))
