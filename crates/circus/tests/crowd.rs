@@ -1,0 +1,87 @@
+//! A crowd on the built binary: 100 native downloads at mixed speeds of two
+//! files through a cache far smaller than either, all at once. Every copy
+//! must be byte-exact, and the server must have read far less than one
+//! file per download: blocks read once were shared.
+
+use circus_client::{GetOptions, Protocol, download_with, http_client};
+use std::{
+    io::{BufRead, BufReader},
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+const CLIENTS: usize = 100;
+
+/// Received bytes per second by client index: unthrottled, 8, 4 and 2 MiB/s.
+fn rate(i: usize) -> Option<u64> {
+    [None, Some(8 << 20), Some(4 << 20), Some(2 << 20)][i % 4]
+}
+
+fn metric(addr: &str, name: &str) -> f64 {
+    let out = Command::new("curl").args(["-sS", &format!("http://{addr}/metrics")]).output().expect("curl /metrics");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("{name} not in /metrics:\n{text}"))
+}
+
+#[test]
+fn a_hundred_mixed_speed_native_downloads_share_reads_and_arrive_byte_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let files: Vec<(String, Vec<u8>)> = [("a.bin", 3 << 20), ("b.bin", (2 << 20) + 12_345)]
+        .into_iter()
+        .enumerate()
+        .map(|(k, (name, len))| {
+            let data: Vec<u8> = (0..len as u64).map(|i| ((i * 31 + k as u64 * 7) % 251) as u8).collect();
+            std::fs::write(dir.path().join(name), &data).unwrap();
+            (name.to_string(), data)
+        })
+        .collect();
+    // Half a file's worth of cache, shared by two files and 100 queues.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_circus"))
+        .args(["serve", dir.path().to_str().unwrap(), "--listen", "127.0.0.1:0", "--cache", "1536KiB"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let addr = line.trim().rsplit("http://").next().unwrap().to_owned();
+
+    let out = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let reports = runtime.block_on(async {
+        let client = http_client(Duration::from_secs(10));
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..CLIENTS {
+            let (name, _) = &files[i % files.len()];
+            let mut opts = GetOptions::new(format!("http://{addr}/{name}"), out.path().join(format!("{i}-{name}")));
+            opts.limit_rate = rate(i);
+            opts.timeout = Duration::from_secs(30);
+            let client = client.clone();
+            tasks.spawn(async move { (i, download_with(&client, &opts, &()).await) });
+        }
+        tasks.join_all().await
+    });
+    for (i, report) in reports {
+        let report = report.unwrap_or_else(|e| panic!("download {i}: {e}"));
+        let (name, data) = &files[i % files.len()];
+        assert_eq!(report.protocol, Protocol::Native, "download {i}");
+        assert_eq!(report.blocks_corrupt, 0, "download {i}");
+        let got = std::fs::read(out.path().join(format!("{i}-{name}"))).unwrap();
+        assert!(got == *data, "download {i} of {name} differs ({} bytes, want {})", got.len(), data.len());
+    }
+
+    // Without sharing, 100 downloads read 100 files' worth. The index
+    // build reads each file once more.
+    let total: usize = files.iter().map(|(_, d)| d.len()).sum();
+    let per_download = total as f64 / files.len() as f64;
+    let read = metric(&addr, "circus_storage_read_bytes_total");
+    eprintln!("read {read} bytes, {:.1} downloads worth", read / per_download);
+    assert!(
+        read < CLIENTS as f64 * per_download / 5.0,
+        "read {read} bytes for {CLIENTS} downloads of ~{per_download} bytes: blocks were not shared"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
