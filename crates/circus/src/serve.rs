@@ -9,8 +9,18 @@ use std::{net::SocketAddr, path::PathBuf};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Directory whose files are served.
-    dir: PathBuf,
+    /// Directory whose files are served (omit it with --origin).
+    dir: Option<PathBuf>,
+    /// Serve this HTTP origin (http://host:port/) through the caching tier
+    /// instead of a directory; --cache is then the tier's memory budget.
+    #[arg(long)]
+    origin: Option<String>,
+    /// Unit of origin fetches and storage (default 1MiB).
+    #[arg(long)]
+    origin_block: Option<ByteSize>,
+    /// Seconds to wait for the origin's response head or next chunk (default 30).
+    #[arg(long)]
+    origin_timeout: Option<u64>,
     /// Address to listen on.
     #[arg(long)]
     listen: Option<SocketAddr>,
@@ -61,10 +71,17 @@ pub struct ServeArgs {
 impl ServeArgs {
     /// Defaults, then the TOML file, then the flags given.
     fn config(&self) -> anyhow::Result<ServeConfig> {
-        if !self.dir.is_dir() {
-            anyhow::bail!("{} is not a directory: give the directory whose files to serve", self.dir.display());
-        }
-        let mut cfg = ServeConfig::new(self.dir.clone());
+        let root = match (&self.dir, &self.origin) {
+            (Some(_), Some(_)) => anyhow::bail!("give either DIR or --origin, not both"),
+            (Some(dir), None) if !dir.is_dir() => {
+                anyhow::bail!("{} is not a directory: give the directory whose files to serve", dir.display())
+            }
+            (Some(dir), None) => dir.clone(),
+            // The directory table is built but never consulted with an origin.
+            (None, Some(_)) => std::env::temp_dir(),
+            (None, None) => anyhow::bail!("nothing to serve: give a directory, or --origin http://host:port/"),
+        };
+        let mut cfg = ServeConfig::new(root);
         if let Some(path) = &self.config {
             let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
             FileConfig::parse(&text)
@@ -86,6 +103,9 @@ impl ServeArgs {
             send_lowat: self.send_lowat,
             zero_copy: self.zero_copy,
             read_rate: self.read_rate,
+            origin: self.origin.clone(),
+            origin_block: self.origin_block,
+            origin_timeout_secs: self.origin_timeout,
             ..FileConfig::default()
         };
         flags.apply(&mut cfg).context("invalid settings")?;
@@ -100,7 +120,7 @@ pub fn main(args: ServeArgs) -> anyhow::Result<()> {
         let server = Server::bind(cfg.clone()).await.with_context(|| format!("cannot listen on {}", cfg.listen))?;
         // Tests and scripts read this line to find the port when given :0.
         println!("circus listening on http://{}", server.local_addr());
-        tracing::info!(root = %cfg.root.display(), cache = %ByteSize(cfg.sched.cache_bytes), policy = ?cfg.sched.policy, "serving");
+        tracing::info!(root = %cfg.root.display(), origin = ?cfg.origin.as_ref().map(|o| o.url.to_string()), cache = %ByteSize(cfg.sched.cache_bytes), policy = ?cfg.sched.policy, "serving");
         server.run(shutdown_signal()).await?;
         Ok(())
     })

@@ -28,6 +28,8 @@ pub struct ServeConfig {
     pub zero_copy: bool,
     /// Most bytes per second read from storage (`None`: as fast as it goes).
     pub read_rate: Option<u64>,
+    /// Serve from this origin through the caching tier instead of `root`.
+    pub origin: Option<crate::origin::OriginConfig>,
 }
 
 impl ServeConfig {
@@ -44,6 +46,7 @@ impl ServeConfig {
             send_lowat: Some(128 * 1024),
             zero_copy: true,
             read_rate: None,
+            origin: None,
         }
     }
 }
@@ -73,6 +76,14 @@ pub struct FileConfig {
     pub zero_copy: Option<bool>,
     /// Bytes per second; 0 removes the cap.
     pub read_rate: Option<ByteSize>,
+    /// `http://host:port/`: serve this origin through the caching tier.
+    pub origin: Option<String>,
+    /// Unit of origin fetches (default 1MiB).
+    pub origin_block: Option<ByteSize>,
+    /// Origin blocks fetched ahead of the furthest reader (default 4).
+    pub origin_readahead: Option<u32>,
+    /// Seconds to wait for the origin's response head or next chunk (default 30).
+    pub origin_timeout_secs: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +92,8 @@ pub enum ConfigError {
     Toml(#[from] toml::de::Error),
     #[error("block size {0} is too large")]
     BlockTooLarge(ByteSize),
+    #[error("origin {0}")]
+    Origin(String),
     #[error(transparent)]
     Sched(#[from] circus_sched::ConfigError),
 }
@@ -120,6 +133,20 @@ impl FileConfig {
         }
         if let Some(b) = self.send_lowat {
             cfg.send_lowat = u32::try_from(b.0).ok().filter(|&v| v > 0);
+        }
+        if let Some(url) = &self.origin {
+            let uri: http::Uri = url.parse().map_err(|e| ConfigError::Origin(format!("{url}: {e}")))?;
+            if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+                return Err(ConfigError::Origin(format!("{url}: give an http://host:port/ URL (https is not supported yet)")));
+            }
+            cfg.origin = Some(crate::origin::OriginConfig::new(uri));
+        }
+        if let Some(o) = cfg.origin.as_mut() {
+            if let Some(b) = self.origin_block {
+                o.block_size = u32::try_from(b.0).ok().filter(|&v| v > 0).ok_or(ConfigError::BlockTooLarge(b))?;
+            }
+            set(&mut o.readahead, self.origin_readahead);
+            set(&mut o.timeout, self.origin_timeout_secs.map(Duration::from_secs));
         }
         cfg.sched.validate()?;
         Ok(())

@@ -20,6 +20,10 @@ pub enum HttpError {
     Changed,
     #[error("server is at its connection limit; retry later")]
     Busy,
+    #[error("origin unavailable: {0}; retry later")]
+    Origin(String),
+    #[error("origin answered {0}")]
+    OriginStatus(u16),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -33,6 +37,12 @@ impl HttpError {
             HttpError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             HttpError::Storage(_) | HttpError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             HttpError::Changed | HttpError::Busy => StatusCode::SERVICE_UNAVAILABLE,
+            HttpError::Origin(_) => StatusCode::BAD_GATEWAY,
+            // Client errors pass through; an origin's server error is ours to report as 502.
+            HttpError::OriginStatus(s) => match StatusCode::from_u16(*s) {
+                Ok(s) if s.is_client_error() => s,
+                _ => StatusCode::BAD_GATEWAY,
+            },
         }
     }
 }

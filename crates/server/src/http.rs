@@ -61,6 +61,9 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>) -> Result<Response<Re
         "/status" => return Ok(crate::observe::status(state).await),
         _ => {}
     }
+    if let Some(origin) = &state.origin {
+        return origin.handle(req, head).await;
+    }
     let (table, path) = (state.clone(), req.uri().path().to_owned());
     let file = tokio::task::spawn_blocking(move || table.files.lookup(&path))
         .await

@@ -33,8 +33,10 @@ pub mod files;
 mod http;
 mod metrics;
 mod observe;
+pub mod origin;
 mod pacer;
 pub mod rfc9110;
+pub mod rfc9111;
 mod sendfile;
 
 pub use config::{FileConfig, ServeConfig};
@@ -59,6 +61,8 @@ pub(crate) struct AppState {
     driver: DriverHandle,
     metrics: Arc<metrics::Metrics>,
     registry: Registry,
+    /// Set with `--origin`: requests go to the caching tier, not the directory.
+    origin: Option<Arc<origin::OriginTier>>,
 }
 
 #[derive(Debug)]
@@ -82,14 +86,19 @@ impl Server {
         let listener = TcpListener::bind(cfg.listen).await?;
         let mut registry = Registry::default();
         let metrics = Arc::new(metrics::Metrics::register(&mut registry));
-        let arena = if cfg.zero_copy { cache_arena(&cfg) } else { None };
+        // With an origin, the one cache budget goes to the origin tier: the
+        // scheduler's block cache (and its arena) holds nothing, as no local
+        // file is served.
+        let arena = if cfg.zero_copy && cfg.origin.is_none() { cache_arena(&cfg) } else { None };
         let storage = driver::Storage {
             io_threads: cfg.io_threads,
             arena: arena.clone(),
             pacer: cfg.read_rate.map(|r| Arc::new(pacer::ReadPacer::new(r))),
         };
         let driver = driver::spawn(cfg.sched.clone(), storage, metrics.clone());
-        Ok(Server { listener, arena, state: Arc::new(AppState { files, driver, metrics, registry }), cfg })
+        let origin =
+            cfg.origin.as_ref().map(|o| Arc::new(origin::OriginTier::new(o, cfg.sched.cache_bytes, &mut registry)));
+        Ok(Server { listener, arena, state: Arc::new(AppState { files, driver, metrics, registry, origin }), cfg })
     }
 
     pub fn local_addr(&self) -> SocketAddr {

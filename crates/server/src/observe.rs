@@ -26,6 +26,9 @@ pub async fn metrics(state: &Arc<AppState>) -> Response<ResBody> {
             m.active_clients.get_or_create(&RoleLabel { role: role.into() }).set(n as i64);
         }
     }
+    if let Some(origin) = &state.origin {
+        origin.observe();
+    }
     let mut out = String::new();
     if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &state.registry) {
         tracing::error!(error = %e, "encoding metrics");

@@ -1,0 +1,554 @@
+//! The caching tier in front of an HTTP origin (`circus serve --origin URL`).
+//!
+//! A request is answered from a stored object version when RFC 9111 allows
+//! ([`crate::rfc9111`]): the hit path is two table lookups (the object's
+//! description, then its block) and a response around shared `Bytes`.
+//! Otherwise the tier asks the origin for the first block with a Range GET
+//! (one request per target however many clients miss at once), learns the
+//! size and caching headers from it, and fetches further blocks with Range
+//! GETs as readers reach them, one fetch per block ([`fetch`]). Responses
+//! the origin marks private or no-store, and requests with credentials, are
+//! relayed to their one client and never stored.
+//!
+//! Parts: `client` (the pooled origin client), `object` (a stored version),
+//! `fetch` (single-flight block fetches), `store` (the byte budget, S3-FIFO
+//! admission via quick_cache), `body` (response bodies).
+
+mod body;
+mod client;
+mod fetch;
+mod object;
+mod store;
+
+use crate::{
+    body::BodyError,
+    error::HttpError,
+    http::ResBody,
+    rfc9110::{self, Conditionals, Precondition, Ranges, Validators},
+    rfc9111::{self, CacheControl},
+};
+use bytes::Bytes;
+use client::{OriginClient, content_range};
+use fetch::BlockFetch;
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri, header};
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Incoming;
+use object::Object;
+use prometheus_client::{
+    metrics::{counter::Counter, gauge::Gauge},
+    registry::Registry,
+};
+use rustc_hash::FxHashMap;
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, SystemTime},
+};
+use store::Store;
+use tokio::sync::{OnceCell, Semaphore};
+
+/// Settings of the origin tier.
+#[derive(Debug, Clone)]
+pub struct OriginConfig {
+    /// `http://host:port/prefix`; request paths are appended.
+    pub url: Uri,
+    /// Unit of origin fetches and of storage.
+    pub block_size: u32,
+    /// Blocks fetched ahead of the furthest reader of an object.
+    pub readahead: u32,
+    /// Longest wait for a response head or between two body chunks.
+    pub timeout: Duration,
+    /// Origin requests in flight at once.
+    pub max_fetches: usize,
+}
+
+impl OriginConfig {
+    pub fn new(url: Uri) -> Self {
+        OriginConfig { url, block_size: 1 << 20, readahead: 4, timeout: Duration::from_secs(30), max_fetches: 64 }
+    }
+}
+
+#[derive(Debug, Default)]
+struct OriginMetrics {
+    hits: Counter,
+    misses: Counter,
+    revalidated: Counter,
+    relayed: Counter,
+    origin_requests: Counter,
+    origin_bytes: Counter,
+    origin_errors: Counter,
+    resident: Gauge,
+}
+
+impl OriginMetrics {
+    fn register(r: &mut Registry) -> Self {
+        let m = OriginMetrics::default();
+        r.register("circus_origin_hits", "Requests answered from a stored object without asking the origin", m.hits.clone());
+        r.register("circus_origin_misses", "Requests for objects not stored (or not selected by Vary)", m.misses.clone());
+        r.register("circus_origin_revalidated", "Stored objects confirmed by a 304 from the origin", m.revalidated.clone());
+        r.register("circus_origin_relayed", "Requests relayed unstored (private, no-store, credentials)", m.relayed.clone());
+        r.register("circus_origin_requests", "Requests sent to the origin", m.origin_requests.clone());
+        r.register("circus_origin_fetched_bytes", "Body bytes received from the origin for storage", m.origin_bytes.clone());
+        r.register("circus_origin_errors", "Origin requests that failed or were cut short", m.origin_errors.clone());
+        r.register("circus_origin_resident_bytes", "Bytes held by the origin tier's store", m.resident.clone());
+        m
+    }
+}
+
+/// What one trip to the origin for a target yields, shared by every
+/// request that waited on it.
+#[derive(Debug, Clone)]
+enum Lookup {
+    Stored(Arc<Object>),
+    /// Not shareable (private, no-store, Vary: *, no length): each waiter
+    /// makes its own request and the answer is never stored.
+    NotShared,
+    Status(StatusCode),
+    Failed(String),
+}
+
+/// A block as a reader finds it.
+pub(crate) enum BlockRef {
+    Ready(Bytes),
+    Pending(Arc<BlockFetch>),
+}
+
+#[derive(Debug)]
+pub struct OriginTier {
+    client: OriginClient,
+    store: Store,
+    /// Blocks being fetched; an entry is removed after its bytes are in
+    /// the store (or it failed), so a reader always finds one or the other.
+    inflight: Mutex<FxHashMap<(u64, u32), Arc<BlockFetch>>>,
+    /// First fetches and revalidations in flight, per target.
+    lookups: Mutex<HashMap<String, Arc<OnceCell<Lookup>>>>,
+    next_version: AtomicU64,
+    block_size: u32,
+    readahead: u32,
+    slots: Arc<Semaphore>,
+    metrics: OriginMetrics,
+}
+
+impl OriginTier {
+    /// `budget` bytes of memory for descriptions and blocks.
+    pub fn new(cfg: &OriginConfig, budget: u64, registry: &mut Registry) -> Self {
+        OriginTier {
+            client: OriginClient::new(&cfg.url, cfg.timeout),
+            store: Store::new(budget, 16 * 1024),
+            inflight: Mutex::default(),
+            lookups: Mutex::default(),
+            next_version: AtomicU64::new(1),
+            block_size: cfg.block_size,
+            readahead: cfg.readahead,
+            slots: Arc::new(Semaphore::new(cfg.max_fetches.max(1))),
+            metrics: OriginMetrics::register(registry),
+        }
+    }
+
+    /// Answers a GET or HEAD for `req`'s target.
+    pub async fn handle<B>(self: &Arc<Self>, req: &Request<B>, head: bool) -> Result<Response<ResBody>, HttpError> {
+        let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        if !target.starts_with('/') {
+            return Err(HttpError::BadRequest("request target must be a path"));
+        }
+        let h = req.headers();
+        if CacheControl::parse(h).no_store || h.contains_key(header::AUTHORIZATION) {
+            return self.relay(target, h, head).await;
+        }
+        let now = SystemTime::now();
+        let found = self.store.object(target).filter(|o| o.selected_by(h));
+        let outcome = match found {
+            Some(o) if o.freshness.usable(h, now) => {
+                self.metrics.hits.inc();
+                Lookup::Stored(o)
+            }
+            stale => {
+                self.metrics.misses.inc();
+                self.lookup(target, h, stale).await
+            }
+        };
+        match outcome {
+            Lookup::Stored(o) if o.selected_by(h) => Ok(self.respond(&o, h, head, now)),
+            Lookup::Stored(_) | Lookup::NotShared => self.relay(target, h, head).await,
+            Lookup::Status(StatusCode::NOT_FOUND) => Err(HttpError::NotFound),
+            Lookup::Status(s) => Err(HttpError::OriginStatus(s.as_u16())),
+            Lookup::Failed(e) => Err(HttpError::Origin(e)),
+        }
+    }
+
+    /// One origin trip per target at a time; concurrent callers share it.
+    async fn lookup(self: &Arc<Self>, target: &str, h: &HeaderMap, stale: Option<Arc<Object>>) -> Lookup {
+        let cell = self.lookups.lock().expect("lookups lock").entry(target.to_owned()).or_default().clone();
+        let out = cell.get_or_init(|| self.first_fetch(target, h, stale)).await.clone();
+        let mut lookups = self.lookups.lock().expect("lookups lock");
+        if lookups.get(target).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+            lookups.remove(target);
+        }
+        out
+    }
+
+    /// Asks for the first block (conditionally when `stale` is given) and
+    /// admits the answer. The body of the first block goes on streaming
+    /// into its block fetch after this returns.
+    async fn first_fetch(self: &Arc<Self>, target: &str, h: &HeaderMap, stale: Option<Arc<Object>>) -> Lookup {
+        let mut fh = forwarded(h);
+        if let Some(s) = &stale {
+            fh.extend(rfc9111::revalidation_headers(&s.headers));
+        }
+        let first_block = format!("bytes=0-{}", self.block_size - 1);
+        fh.insert(header::RANGE, HeaderValue::from_str(&first_block).expect("ASCII"));
+        let request_time = SystemTime::now();
+        self.metrics.origin_requests.inc();
+        let res = match self.client.get(target, &fh).await {
+            Ok(res) => res,
+            Err(e) => {
+                self.metrics.origin_errors.inc();
+                return Lookup::Failed(e);
+            }
+        };
+        let response_time = SystemTime::now();
+        let status = res.status();
+        if status == StatusCode::NOT_MODIFIED {
+            let Some(s) = stale else { return Lookup::Failed("origin answered 304 to an unconditional request".into()) };
+            self.metrics.revalidated.inc();
+            let fresh = Arc::new(s.refreshed(res.headers(), request_time, response_time));
+            self.store.put_object(target, fresh.clone());
+            return Lookup::Stored(fresh);
+        }
+        if stale.is_some() {
+            // Changed at the origin: its blocks must not be mixed in.
+            self.store.forget_object(target);
+        }
+        let (size, last_byte) = match status {
+            StatusCode::PARTIAL_CONTENT => match content_range(res.headers()) {
+                Some((0, last, size)) => (size, last),
+                _ => return Lookup::Failed("origin sent a Content-Range that does not start the object".into()),
+            },
+            StatusCode::OK => match res.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok())
+            {
+                Some(size) => (size, u64::saturating_sub(size, 1)),
+                None => return Lookup::NotShared,
+            },
+            // An empty object cannot satisfy bytes=0-N: ask for it plainly.
+            StatusCode::RANGE_NOT_SATISFIABLE => return Lookup::NotShared,
+            s => return Lookup::Status(s),
+        };
+        if rfc9111::storable(h, status, res.headers()).is_err() {
+            return Lookup::NotShared;
+        }
+        let version = self.next_version.fetch_add(1, Ordering::Relaxed);
+        let obj =
+            Arc::new(Object::new(target, version, size, self.block_size, h, res.headers(), request_time, response_time));
+        let layout = obj.layout;
+        if layout.blocks() > 0 {
+            let last = layout.block_of(last_byte).expect("in the object");
+            if layout.offset(last) + u64::from(layout.block_len(last)) != last_byte + 1 {
+                return Lookup::Failed("origin answered a range that ends inside a block".into());
+            }
+            let fetches = self.register(&obj, 0, last);
+            self.spawn_fetch(obj.clone(), 0, fetches, Some(res));
+        }
+        self.store.put_object(target, obj.clone());
+        Lookup::Stored(obj)
+    }
+
+    /// Block `b` of `obj`, resident or on its way; starts fetches for it and
+    /// the blocks after it that are neither.
+    fn block(self: &Arc<Self>, obj: &Arc<Object>, b: u32) -> BlockRef {
+        let last = (b + self.readahead).min(obj.layout.blocks() - 1);
+        if let Some(bytes) = self.store.block(obj.version, b) {
+            if last > b {
+                self.ensure(obj, b + 1, last);
+            }
+            return BlockRef::Ready(bytes);
+        }
+        loop {
+            self.ensure(obj, b, last);
+            if let Some(f) = self.inflight.lock().expect("inflight lock").get(&(obj.version, b)) {
+                return BlockRef::Pending(f.clone());
+            }
+            // Completed between the two looks; if it was evicted at once (a
+            // budget smaller than the readers' spread) the next round claims it.
+            if let Some(bytes) = self.store.block(obj.version, b) {
+                return BlockRef::Ready(bytes);
+            }
+        }
+    }
+
+    /// Claims the blocks in `first..=last` that are neither resident nor in
+    /// flight, under one lock so that no block gets two fetches, and starts
+    /// one ranged request per run of them.
+    fn ensure(self: &Arc<Self>, obj: &Arc<Object>, first: u32, last: u32) {
+        let mut runs: Vec<(u32, Vec<Arc<BlockFetch>>)> = Vec::new();
+        {
+            let mut inflight = self.inflight.lock().expect("inflight lock");
+            let mut open = false;
+            for b in first..=last {
+                if inflight.contains_key(&(obj.version, b)) || self.store.has_block(obj.version, b) {
+                    open = false;
+                    continue;
+                }
+                let fetch = Arc::new(BlockFetch::new(obj.layout.block_len(b)));
+                inflight.insert((obj.version, b), fetch.clone());
+                match runs.last_mut() {
+                    Some((_, run)) if open => run.push(fetch),
+                    _ => runs.push((b, vec![fetch])),
+                }
+                open = true;
+            }
+        }
+        for (start, fetches) in runs {
+            self.spawn_fetch(obj.clone(), start, fetches, None);
+        }
+    }
+
+    /// Registers fetches for `first..=last` of a version nobody else knows yet.
+    fn register(&self, obj: &Object, first: u32, last: u32) -> Vec<Arc<BlockFetch>> {
+        let mut inflight = self.inflight.lock().expect("inflight lock");
+        (first..=last)
+            .map(|b| {
+                let fetch = Arc::new(BlockFetch::new(obj.layout.block_len(b)));
+                inflight.insert((obj.version, b), fetch.clone());
+                fetch
+            })
+            .collect()
+    }
+
+    fn spawn_fetch(
+        self: &Arc<Self>,
+        obj: Arc<Object>,
+        first: u32,
+        fetches: Vec<Arc<BlockFetch>>,
+        res: Option<Response<Incoming>>,
+    ) {
+        let tier = self.clone();
+        tokio::spawn(async move {
+            let mut done = Done { tier: tier.clone(), version: obj.version, first, fetches, next: 0 };
+            if let Err(e) = tier.pump(&obj, &mut done, res).await {
+                tier.metrics.origin_errors.inc();
+                tracing::warn!(target = %obj.target, block = first + done.next as u32, error = %e, "origin fetch failed");
+                if e.contains("412") {
+                    tier.store.forget_object(&obj.target);
+                }
+                done.fail(&e);
+            }
+        });
+    }
+
+    /// Receives the blocks of `done` from the origin into their fetches.
+    async fn pump(&self, obj: &Object, done: &mut Done, res: Option<Response<Incoming>>) -> Result<(), String> {
+        let layout = obj.layout;
+        let last = done.first + done.fetches.len() as u32 - 1;
+        let (start, end) = (layout.offset(done.first), layout.offset(last) + u64::from(layout.block_len(last)) - 1);
+        let _slot = self.slots.acquire().await.map_err(|e| e.to_string())?;
+        let res = match res {
+            Some(res) => res,
+            None => {
+                self.metrics.origin_requests.inc();
+                let res = self.client.get(&obj.target, &obj.fetch_headers(start, end)).await?;
+                let ok = match res.status() {
+                    StatusCode::PARTIAL_CONTENT => content_range(res.headers()) == Some((start, end, obj.size)),
+                    StatusCode::OK => (start, end + 1) == (0, obj.size),
+                    s => return Err(format!("origin answered {} to bytes={start}-{end}", s.as_u16())),
+                };
+                if !ok {
+                    return Err(format!("origin answered a different range than bytes={start}-{end}"));
+                }
+                res
+            }
+        };
+        let mut body = res.into_body();
+        while let Some(frame) = tokio::time::timeout(self.client.timeout(), body.frame())
+            .await
+            .map_err(|_| format!("origin sent nothing for {:?}", self.client.timeout()))?
+        {
+            let Ok(mut data) = frame.map_err(|e| format!("origin body: {e}"))?.into_data() else { continue };
+            self.metrics.origin_bytes.inc_by(data.len() as u64);
+            while !data.is_empty() {
+                let Some(fetch) = done.fetches.get(done.next) else {
+                    return Err("origin sent more bytes than asked for".into());
+                };
+                let want = fetch.len_left();
+                let piece = if data.len() > want { data.split_to(want) } else { std::mem::take(&mut data) };
+                fetch.push(piece);
+                if fetch.len_left() == 0 {
+                    done.complete_next();
+                }
+            }
+        }
+        if done.next < done.fetches.len() {
+            let got = done.fetches[done.next].received();
+            return Err(format!("origin closed the body early (block {} has {got} bytes)", done.first as usize + done.next));
+        }
+        Ok(())
+    }
+
+    fn respond(self: &Arc<Self>, obj: &Arc<Object>, h: &HeaderMap, head: bool, now: SystemTime) -> Response<ResBody> {
+        let hs = |n| h.get(n).and_then(|v: &HeaderValue| v.to_str().ok());
+        // A validator the origin did not give must not take part.
+        let v = Validators {
+            etag: obj.etag.as_deref().unwrap_or(""),
+            last_modified: obj.last_modified.unwrap_or(SystemTime::UNIX_EPOCH),
+        };
+        let has_etag = obj.etag.is_some();
+        let has_lm = obj.last_modified.is_some();
+        let cond = Conditionals {
+            if_match: hs(header::IF_MATCH).filter(|_| has_etag),
+            if_none_match: hs(header::IF_NONE_MATCH).filter(|_| has_etag),
+            if_modified_since: hs(header::IF_MODIFIED_SINCE).filter(|_| has_lm),
+            if_unmodified_since: hs(header::IF_UNMODIFIED_SINCE).filter(|_| has_lm),
+        };
+        let mut res = Response::new(empty());
+        *res.headers_mut() = obj.headers.clone();
+        res.headers_mut().insert(header::AGE, rfc9111::age_header(&obj.freshness, now));
+        match rfc9110::evaluate(&cond, &v) {
+            Precondition::NotModified => {
+                *res.status_mut() = StatusCode::NOT_MODIFIED;
+                return res;
+            }
+            Precondition::Failed => {
+                *res.status_mut() = StatusCode::PRECONDITION_FAILED;
+                return res;
+            }
+            Precondition::Proceed => {}
+        }
+        let size = obj.size;
+        let ranges = if (has_etag || has_lm) && rfc9110::if_range_allows(hs(header::IF_RANGE), &v) {
+            rfc9110::resolve_ranges(hs(header::RANGE), size)
+        } else {
+            Ranges::Whole
+        };
+        let (start, end) = match ranges {
+            Ranges::Unsatisfiable => {
+                *res.status_mut() = StatusCode::RANGE_NOT_SATISFIABLE;
+                let cr = HeaderValue::from_str(&format!("bytes */{size}")).expect("ASCII");
+                res.headers_mut().insert(header::CONTENT_RANGE, cr);
+                return res;
+            }
+            // Several ranges of an origin object are answered whole (allowed).
+            Ranges::Whole | Ranges::Parts(_) if size == 0 => (0, 0),
+            Ranges::Parts(r) if r.len() == 1 => {
+                let cr = HeaderValue::from_str(&format!("bytes {}-{}/{size}", r[0].0, r[0].1)).expect("ASCII");
+                res.headers_mut().insert(header::CONTENT_RANGE, cr);
+                *res.status_mut() = StatusCode::PARTIAL_CONTENT;
+                r[0]
+            }
+            Ranges::Whole | Ranges::Parts(_) => (0, size - 1),
+        };
+        let len = if size == 0 { 0 } else { end - start + 1 };
+        res.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+        res.headers_mut().insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+        if head || len == 0 {
+            return res;
+        }
+        // The hit path for small objects: one resident block, no stream.
+        let single = obj.layout.block_of(start) == obj.layout.block_of(end);
+        if let Some(b) = obj.layout.block_of(start).filter(|_| single)
+            && let Some(bytes) = self.store.block(obj.version, b)
+        {
+            let off = obj.layout.offset(b);
+            *res.body_mut() = full(bytes.slice((start - off) as usize..=(end - off) as usize));
+            return res;
+        }
+        *res.body_mut() = body::range(self.clone(), obj.clone(), start, end);
+        res
+    }
+
+    /// Forwards the request as it is and relays the answer to this client
+    /// only; nothing is stored.
+    async fn relay(&self, target: &str, h: &HeaderMap, head: bool) -> Result<Response<ResBody>, HttpError> {
+        self.metrics.relayed.inc();
+        self.metrics.origin_requests.inc();
+        let mut fh = h.clone();
+        client::strip_hop_by_hop(&mut fh);
+        let res = self.client.get(target, &fh).await.map_err(|e| {
+            self.metrics.origin_errors.inc();
+            HttpError::Origin(e)
+        })?;
+        let (mut parts, body) = res.into_parts();
+        client::strip_hop_by_hop(&mut parts.headers);
+        let body = if head { empty() } else { body.map_err(|e| Box::new(e) as BodyError).boxed() };
+        Ok(Response::from_parts(parts, body))
+    }
+
+    /// Publishes the store's size to /metrics.
+    pub fn observe(&self) {
+        self.metrics.resident.set(self.store.used() as i64);
+    }
+}
+
+/// The client's headers that select a representation, without the ones
+/// that ask for a part or a condition (the tier fetches whole blocks).
+fn forwarded(h: &HeaderMap) -> HeaderMap {
+    let mut fh = h.clone();
+    client::strip_hop_by_hop(&mut fh);
+    for name in [
+        header::RANGE,
+        header::IF_RANGE,
+        header::IF_MATCH,
+        header::IF_NONE_MATCH,
+        header::IF_MODIFIED_SINCE,
+        header::IF_UNMODIFIED_SINCE,
+        header::CACHE_CONTROL,
+    ] {
+        fh.remove(name);
+    }
+    fh
+}
+
+fn empty() -> ResBody {
+    Empty::new().map_err(|never| match never {}).boxed()
+}
+
+fn full(bytes: Bytes) -> ResBody {
+    Full::new(bytes).map_err(|never| match never {}).boxed()
+}
+
+/// The blocks of one origin request; on drop (the fetch task ended, even by
+/// panic), the ones not complete fail, so no waiter waits forever.
+struct Done {
+    tier: Arc<OriginTier>,
+    version: u64,
+    first: u32,
+    fetches: Vec<Arc<BlockFetch>>,
+    /// Index of the block being received.
+    next: usize,
+}
+
+impl Done {
+    /// Stores the block being received (now whole) and moves to the next.
+    /// Stored before it leaves `inflight`, so readers find one or the other.
+    fn complete_next(&mut self) {
+        let b = self.first + self.next as u32;
+        let fetch = &self.fetches[self.next];
+        if let Some(bytes) = fetch.complete() {
+            self.tier.store.put_block(self.version, b, bytes);
+        }
+        self.forget(b, fetch);
+        self.next += 1;
+    }
+
+    fn fail(&mut self, why: &str) {
+        while let Some(fetch) = self.fetches.get(self.next) {
+            fetch.fail(why);
+            self.forget(self.first + self.next as u32, fetch);
+            self.next += 1;
+        }
+    }
+
+    fn forget(&self, b: u32, fetch: &Arc<BlockFetch>) {
+        let mut inflight = self.tier.inflight.lock().expect("inflight lock");
+        if inflight.get(&(self.version, b)).is_some_and(|f| Arc::ptr_eq(f, fetch)) {
+            inflight.remove(&(self.version, b));
+        }
+    }
+}
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        self.fail("origin fetch stopped");
+    }
+}

@@ -1,0 +1,135 @@
+//! One stored version of an origin object: its size and block layout, the
+//! headers replayed to clients, what selects it (Vary) and how fresh it is.
+//! Block bytes live in the store under the version number, so a version
+//! refreshed by a 304 keeps its blocks and a new version never mixes with
+//! an old one.
+
+use crate::rfc9111::{self, Freshness};
+use circus_core::BlockLayout;
+use http::{HeaderMap, HeaderName, header};
+use std::time::SystemTime;
+
+/// Response headers a cache relays (RFC 9111 §3.1); framing and per-hop
+/// headers are set per response instead.
+const REPLAYED: [HeaderName; 10] = [
+    header::CONTENT_TYPE,
+    header::CONTENT_ENCODING,
+    header::CONTENT_LANGUAGE,
+    header::ETAG,
+    header::LAST_MODIFIED,
+    header::CACHE_CONTROL,
+    header::EXPIRES,
+    header::VARY,
+    header::DATE,
+    HeaderName::from_static("repr-digest"),
+];
+
+#[derive(Debug)]
+pub struct Object {
+    /// The request target (path and query) at the origin.
+    pub target: String,
+    /// Unique per fetched response; keys the blocks in the store.
+    pub version: u64,
+    pub size: u64,
+    pub layout: BlockLayout,
+    /// The headers relayed to clients (subset of the origin's).
+    pub headers: HeaderMap,
+    pub etag: Option<String>,
+    pub last_modified: Option<SystemTime>,
+    pub vary: Vec<HeaderName>,
+    /// This version's values of the `vary` fields.
+    pub vary_values: Vec<Option<String>>,
+    /// Request headers sent with every block fetch of this version (the
+    /// varied ones), so each block comes from the same representation.
+    pub forward: HeaderMap,
+    pub freshness: Freshness,
+}
+
+impl Object {
+    /// From a storable origin response (`rfc9111::storable` said yes).
+    #[allow(clippy::too_many_arguments)] // reason: all are facts of one response; a struct would only rename them
+    pub fn new(
+        target: &str,
+        version: u64,
+        size: u64,
+        block_size: u32,
+        req: &HeaderMap,
+        res: &HeaderMap,
+        request_time: SystemTime,
+        response_time: SystemTime,
+    ) -> Self {
+        let mut headers = HeaderMap::new();
+        for name in REPLAYED {
+            for v in res.get_all(&name) {
+                headers.append(name.clone(), v.clone());
+            }
+        }
+        let vary = rfc9111::vary_fields(res).unwrap_or_default();
+        let mut forward = HeaderMap::new();
+        for name in &vary {
+            for v in req.get_all(name) {
+                forward.append(name.clone(), v.clone());
+            }
+        }
+        Object {
+            target: target.to_owned(),
+            version,
+            size,
+            layout: BlockLayout::new(size, block_size),
+            etag: res.get(header::ETAG).and_then(|v| v.to_str().ok()).map(str::to_owned),
+            last_modified: res
+                .get(header::LAST_MODIFIED)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|s| httpdate::parse_http_date(s).ok()),
+            vary_values: rfc9111::vary_values(&vary, req),
+            vary,
+            forward,
+            freshness: Freshness::of(res, request_time, response_time),
+            headers,
+        }
+    }
+
+    /// This version refreshed by a 304: same bytes, new headers and age.
+    pub fn refreshed(&self, not_modified: &HeaderMap, request_time: SystemTime, response_time: SystemTime) -> Self {
+        let mut merged = rfc9111::merge_not_modified(&self.headers, not_modified);
+        let extra: Vec<HeaderName> = merged.keys().filter(|k| !REPLAYED.contains(k)).cloned().collect();
+        extra.iter().for_each(|k| _ = merged.remove(k));
+        Object {
+            target: self.target.clone(),
+            version: self.version,
+            size: self.size,
+            layout: self.layout,
+            etag: self.etag.clone(),
+            last_modified: self.last_modified,
+            vary: self.vary.clone(),
+            vary_values: self.vary_values.clone(),
+            forward: self.forward.clone(),
+            freshness: Freshness::of(&merged, request_time, response_time),
+            headers: merged,
+        }
+    }
+
+    /// Whether this version was selected by requests like `req` (Vary).
+    pub fn selected_by(&self, req: &HeaderMap) -> bool {
+        self.vary.is_empty() || rfc9111::vary_values(&self.vary, req) == self.vary_values
+    }
+
+    /// Headers for a block fetch: the varied request headers, and a
+    /// precondition so that a changed origin object fails the fetch (412)
+    /// instead of splicing two versions into one body.
+    pub fn fetch_headers(&self, start: u64, end: u64) -> HeaderMap {
+        let mut h = self.forward.clone();
+        h.insert(header::RANGE, format!("bytes={start}-{end}").parse().expect("ASCII"));
+        if let Some(etag) = self.headers.get(header::ETAG).filter(|e| !e.as_bytes().starts_with(b"W/")) {
+            h.insert(header::IF_MATCH, etag.clone());
+        } else if let Some(lm) = self.headers.get(header::LAST_MODIFIED) {
+            h.insert(header::IF_UNMODIFIED_SINCE, lm.clone());
+        }
+        h
+    }
+
+    /// Bytes this description holds, for the store's budget.
+    pub fn header_bytes(&self) -> u64 {
+        self.headers.iter().chain(self.forward.iter()).map(|(n, v)| (n.as_str().len() + v.len() + 32) as u64).sum()
+    }
+}

@@ -1,0 +1,133 @@
+//! The origin tier's memory: object descriptions and block bytes in one
+//! `quick_cache` (S3-FIFO-like admission: a new entry enters a small
+//! probation queue and is promoted only if it is used again, so a scan of
+//! one-hit objects cannot flush the popular ones). Every entry weighs its
+//! bytes, so one byte budget covers small objects and large-file blocks.
+
+use super::object::Object;
+use bytes::Bytes;
+use quick_cache::{Equivalent, Weighter, sync::Cache};
+use std::sync::Arc;
+
+/// Charged per object description on top of its header bytes: the
+/// struct, the key and the table slot.
+const META_OVERHEAD: u64 = 256;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Key {
+    /// The request target (path and query) an object answers.
+    Meta(String),
+    /// One block of one object version.
+    Block(u64, u32),
+}
+
+/// A borrowed [`Key`] with the same hash, so that a lookup by path does
+/// not allocate a `String` on the hit path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KeyRef<'a> {
+    Meta(&'a str),
+    Block(u64, u32),
+}
+
+impl Equivalent<Key> for KeyRef<'_> {
+    fn equivalent(&self, key: &Key) -> bool {
+        match (self, key) {
+            (KeyRef::Meta(a), Key::Meta(b)) => *a == b,
+            (KeyRef::Block(v, b), Key::Block(v2, b2)) => (v, b) == (v2, b2),
+            _ => false,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum Val {
+    Meta(Arc<Object>),
+    Block(Bytes),
+}
+
+#[derive(Debug, Clone)]
+struct ByBytes;
+
+impl Weighter<Key, Val> for ByBytes {
+    fn weight(&self, key: &Key, val: &Val) -> u64 {
+        match (key, val) {
+            (Key::Meta(k), Val::Meta(o)) => META_OVERHEAD + k.len() as u64 + o.header_bytes(),
+            // Never zero: quick_cache never evicts zero-weight entries.
+            (_, Val::Block(b)) => (b.len() as u64).max(1),
+            (_, Val::Meta(_)) => META_OVERHEAD,
+        }
+    }
+}
+
+pub struct Store {
+    cache: Cache<Key, Val, ByBytes>,
+    budget: u64,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("budget", &self.budget).field("used", &self.cache.weight()).finish()
+    }
+}
+
+impl Store {
+    /// `budget` bytes; `typical_entry` sizes the table.
+    pub fn new(budget: u64, typical_entry: u64) -> Self {
+        let items = (budget / typical_entry.max(1)).clamp(64, 1 << 24) as usize;
+        Store { cache: Cache::with_weighter(items, budget, ByBytes), budget }
+    }
+
+    pub fn object(&self, target: &str) -> Option<Arc<Object>> {
+        match self.cache.get(&KeyRef::Meta(target)) {
+            Some(Val::Meta(o)) => Some(o),
+            _ => None,
+        }
+    }
+
+    pub fn put_object(&self, target: &str, obj: Arc<Object>) {
+        self.cache.insert(Key::Meta(target.to_owned()), Val::Meta(obj));
+    }
+
+    pub fn forget_object(&self, target: &str) {
+        self.cache.remove(&KeyRef::Meta(target));
+    }
+
+    pub fn block(&self, version: u64, block: u32) -> Option<Bytes> {
+        match self.cache.get(&KeyRef::Block(version, block)) {
+            Some(Val::Block(b)) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// Whether the block is resident, without counting a use.
+    pub fn has_block(&self, version: u64, block: u32) -> bool {
+        self.cache.contains_key(&KeyRef::Block(version, block))
+    }
+
+    pub fn put_block(&self, version: u64, block: u32, bytes: Bytes) {
+        self.cache.insert(Key::Block(version, block), Val::Block(bytes));
+    }
+
+    /// Bytes held now (never above the budget).
+    pub fn used(&self) -> u64 {
+        self.cache.weight()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_stay_within_the_budget_and_borrowed_keys_find_entries() {
+        let store = Store::new(1 << 20, 4096);
+        for b in 0..1000 {
+            store.put_block(1, b, Bytes::from(vec![0u8; 4096]));
+        }
+        assert!(store.used() <= 1 << 20, "{} bytes held", store.used());
+        store.put_block(2, 0, Bytes::from_static(b"x"));
+        assert_eq!(store.block(2, 0).unwrap(), "x");
+        assert!(store.has_block(2, 0));
+        assert!(store.object("/nothing").is_none());
+    }
+}

@@ -1,0 +1,362 @@
+//! HTTP caching rules (RFC 9111) for a shared cache: may a response be
+//! stored, how long is it fresh, which request headers select it (Vary),
+//! and how a 304 refreshes it. Pure functions of headers and times passed
+//! in, so every rule is a table test; the origin tier does the I/O.
+
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use std::time::{Duration, SystemTime};
+
+/// Heuristic freshness never exceeds this (RFC 9111 §4.2.2 suggests a
+/// fraction of the time since modification; a day bounds a wrong guess).
+const HEURISTIC_CAP: Duration = Duration::from_secs(24 * 3600);
+
+/// The Cache-Control directives a shared cache acts on (§5.2). Unknown
+/// directives are ignored; the field-name forms of `private` and `no-cache`
+/// are treated as the unqualified ones, which is the conservative reading.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheControl {
+    pub no_store: bool,
+    pub no_cache: bool,
+    pub private: bool,
+    pub public: bool,
+    pub must_revalidate: bool,
+    pub max_age: Option<u64>,
+    pub s_maxage: Option<u64>,
+}
+
+impl CacheControl {
+    pub fn parse(h: &HeaderMap) -> Self {
+        let mut cc = CacheControl::default();
+        let items = h.get_all(header::CACHE_CONTROL).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(','));
+        for item in items {
+            let (name, value) = match item.split_once('=') {
+                Some((n, v)) => (n.trim(), Some(v.trim().trim_matches('"'))),
+                None => (item.trim(), None),
+            };
+            // A malformed number makes the response stale (§4.2.1), not fresh.
+            let secs = || value.map(|v| v.parse::<u64>().unwrap_or(0));
+            match name.to_ascii_lowercase().as_str() {
+                "no-store" => cc.no_store = true,
+                "no-cache" => cc.no_cache = true,
+                "private" => cc.private = true,
+                "public" => cc.public = true,
+                "must-revalidate" | "proxy-revalidate" => cc.must_revalidate = true,
+                "max-age" => cc.max_age = secs(),
+                "s-maxage" => cc.s_maxage = secs(),
+                _ => {}
+            }
+        }
+        cc
+    }
+}
+
+/// Why a response is not stored (and so is relayed to its one client only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotStored {
+    RequestNoStore,
+    NoStore,
+    Private,
+    Authorization,
+    VaryStar,
+    Status,
+}
+
+/// §3 for a shared cache, for a GET whose response is `status`.
+pub fn storable(req: &HeaderMap, status: StatusCode, res: &HeaderMap) -> Result<(), NotStored> {
+    let (qc, rc) = (CacheControl::parse(req), CacheControl::parse(res));
+    if qc.no_store {
+        return Err(NotStored::RequestNoStore);
+    }
+    if rc.no_store {
+        return Err(NotStored::NoStore);
+    }
+    if rc.private {
+        return Err(NotStored::Private);
+    }
+    // §3.5: a response to an authenticated request is someone's own unless
+    // the origin says it may be shared.
+    if req.contains_key(header::AUTHORIZATION) && !(rc.public || rc.s_maxage.is_some() || rc.must_revalidate) {
+        return Err(NotStored::Authorization);
+    }
+    if vary_fields(res).is_none() {
+        return Err(NotStored::VaryStar);
+    }
+    // Only whole or partial content is stored: the tier caches bytes.
+    if !matches!(status, StatusCode::OK | StatusCode::PARTIAL_CONTENT) {
+        return Err(NotStored::Status);
+    }
+    Ok(())
+}
+
+fn date(h: &HeaderMap, name: HeaderName) -> Option<SystemTime> {
+    h.get(name).and_then(|v| v.to_str().ok()).and_then(|s| httpdate::parse_http_date(s).ok())
+}
+
+fn since(later: SystemTime, earlier: SystemTime) -> Duration {
+    later.duration_since(earlier).unwrap_or_default()
+}
+
+/// How long a stored response stays fresh and how old it was on arrival.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Freshness {
+    pub lifetime: Duration,
+    /// `corrected_initial_age` of §4.2.3.
+    pub initial_age: Duration,
+    pub response_time: SystemTime,
+    /// `no-cache`: stored, but every use must be validated first.
+    pub always_revalidate: bool,
+}
+
+impl Freshness {
+    /// `request_time` is when the request went to the origin,
+    /// `response_time` when its response head arrived.
+    pub fn of(res: &HeaderMap, request_time: SystemTime, response_time: SystemTime) -> Self {
+        let cc = CacheControl::parse(res);
+        let date_value = date(res, header::DATE).unwrap_or(response_time);
+        let lifetime = if let Some(s) = cc.s_maxage.or(cc.max_age) {
+            Duration::from_secs(s)
+        } else if res.contains_key(header::EXPIRES) {
+            // An invalid Expires (e.g. "0") means already expired (§5.3).
+            date(res, header::EXPIRES).map(|e| since(e, date_value)).unwrap_or_default()
+        } else if let Some(lm) = date(res, header::LAST_MODIFIED) {
+            (since(date_value, lm) / 10).min(HEURISTIC_CAP)
+        } else {
+            Duration::ZERO
+        };
+        let age_value = res
+            .get(header::AGE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .map_or(Duration::ZERO, Duration::from_secs);
+        let apparent_age = since(response_time, date_value);
+        let corrected_age_value = age_value + since(response_time, request_time);
+        Freshness {
+            lifetime,
+            initial_age: apparent_age.max(corrected_age_value),
+            response_time,
+            always_revalidate: cc.no_cache,
+        }
+    }
+
+    /// `current_age` of §4.2.3.
+    pub fn age(&self, now: SystemTime) -> Duration {
+        self.initial_age + since(now, self.response_time)
+    }
+
+    /// Whether the stored response may answer this request without asking
+    /// the origin: fresh, and within the request's own `max-age` (§5.2.1).
+    pub fn usable(&self, req: &HeaderMap, now: SystemTime) -> bool {
+        let qc = CacheControl::parse(req);
+        let age = self.age(now);
+        !self.always_revalidate
+            && !qc.no_cache
+            && age < self.lifetime
+            && qc.max_age.is_none_or(|m| age <= Duration::from_secs(m))
+    }
+}
+
+/// The request header names a response varies on; `None` for `Vary: *`,
+/// which matches no later request (§4.1).
+pub fn vary_fields(res: &HeaderMap) -> Option<Vec<HeaderName>> {
+    let mut names = Vec::new();
+    for item in res.get_all(header::VARY).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')) {
+        let item = item.trim();
+        if item == "*" {
+            return None;
+        }
+        if let Ok(name) = HeaderName::from_bytes(item.as_bytes()) {
+            names.push(name);
+        }
+    }
+    Some(names)
+}
+
+/// The values a request has for the varied fields, combined and
+/// whitespace-normalised as §4.1 allows, so that equal requests compare equal.
+pub fn vary_values(fields: &[HeaderName], req: &HeaderMap) -> Vec<Option<String>> {
+    fields
+        .iter()
+        .map(|f| {
+            let values: Vec<&str> =
+                req.get_all(f).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).map(str::trim).collect();
+            (!values.is_empty()).then(|| values.join(","))
+        })
+        .collect()
+}
+
+/// Headers of a conditional request that revalidates a stored response
+/// (§4.3.1): the strong or weak ETag, else Last-Modified.
+pub fn revalidation_headers(stored: &HeaderMap) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    if let Some(etag) = stored.get(header::ETAG) {
+        h.insert(header::IF_NONE_MATCH, etag.clone());
+    } else if let Some(lm) = stored.get(header::LAST_MODIFIED) {
+        h.insert(header::IF_MODIFIED_SINCE, lm.clone());
+    }
+    h
+}
+
+/// A 304 updates the stored headers with the ones it carries (§4.3.4),
+/// except the framing headers, which describe the 304 itself.
+pub fn merge_not_modified(stored: &HeaderMap, fresh: &HeaderMap) -> HeaderMap {
+    let mut merged = stored.clone();
+    for name in fresh.keys() {
+        if name == header::CONTENT_LENGTH || name == header::CONTENT_RANGE || name == header::TRANSFER_ENCODING {
+            continue;
+        }
+        merged.remove(name);
+        for v in fresh.get_all(name) {
+            merged.append(name.clone(), v.clone());
+        }
+    }
+    merged
+}
+
+/// The Age header for a response served from storage.
+pub fn age_header(f: &Freshness, now: SystemTime) -> HeaderValue {
+    HeaderValue::from(f.age(now).as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (n, v) in pairs {
+            h.append(HeaderName::from_bytes(n.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + secs)
+    }
+
+    fn http_date(secs: u64) -> String {
+        httpdate::fmt_http_date(at(secs))
+    }
+
+    #[test]
+    fn cache_control_parses_directives_case_insensitively() {
+        let cc = CacheControl::parse(&headers(&[("cache-control", "Max-Age=60, s-maxage=\"30\""), ("cache-control", "PRIVATE")]));
+        assert_eq!((cc.max_age, cc.s_maxage, cc.private), (Some(60), Some(30), true));
+        assert_eq!(CacheControl::parse(&headers(&[("cache-control", "max-age=abc")])).max_age, Some(0));
+        assert!(CacheControl::parse(&headers(&[("cache-control", "no-cache=\"set-cookie\"")])).no_cache);
+    }
+
+    #[test]
+    fn storability_for_a_shared_cache() {
+        struct Case {
+            name: &'static str,
+            req: &'static [(&'static str, &'static str)],
+            status: u16,
+            res: &'static [(&'static str, &'static str)],
+            want: Result<(), NotStored>,
+        }
+        let cases = [
+            Case { name: "plain 200", req: &[], status: 200, res: &[], want: Ok(()) },
+            Case { name: "partial", req: &[], status: 206, res: &[("cache-control", "max-age=5")], want: Ok(()) },
+            Case { name: "no-store", req: &[], status: 200, res: &[("cache-control", "no-store")], want: Err(NotStored::NoStore) },
+            Case {
+                name: "request no-store",
+                req: &[("cache-control", "no-store")],
+                status: 200,
+                res: &[],
+                want: Err(NotStored::RequestNoStore),
+            },
+            Case { name: "private", req: &[], status: 200, res: &[("cache-control", "private, max-age=60")], want: Err(NotStored::Private) },
+            Case {
+                name: "authorization",
+                req: &[("authorization", "Bearer x")],
+                status: 200,
+                res: &[("cache-control", "max-age=60")],
+                want: Err(NotStored::Authorization),
+            },
+            Case {
+                name: "authorization but public",
+                req: &[("authorization", "Bearer x")],
+                status: 200,
+                res: &[("cache-control", "public, max-age=60")],
+                want: Ok(()),
+            },
+            Case { name: "vary star", req: &[], status: 200, res: &[("vary", "Accept, *")], want: Err(NotStored::VaryStar) },
+            Case { name: "error status", req: &[], status: 500, res: &[], want: Err(NotStored::Status) },
+        ];
+        for c in cases {
+            let got = storable(&headers(c.req), StatusCode::from_u16(c.status).unwrap(), &headers(c.res));
+            assert_eq!(got, c.want, "{}", c.name);
+        }
+    }
+
+    #[test]
+    fn freshness_lifetime_precedence() {
+        struct Case {
+            name: &'static str,
+            res: Vec<(&'static str, String)>,
+            lifetime: u64,
+        }
+        let d = http_date(1000);
+        let cases = [
+            Case { name: "s-maxage wins", res: vec![("cache-control", "max-age=10, s-maxage=20".into())], lifetime: 20 },
+            Case { name: "max-age over expires", res: vec![("cache-control", "max-age=10".into()), ("expires", http_date(1500)), ("date", d.clone())], lifetime: 10 },
+            Case { name: "expires minus date", res: vec![("expires", http_date(1300)), ("date", d.clone())], lifetime: 300 },
+            Case { name: "invalid expires is stale", res: vec![("expires", "0".into())], lifetime: 0 },
+            Case { name: "heuristic tenth", res: vec![("last-modified", http_date(0)), ("date", d.clone())], lifetime: 100 },
+            Case { name: "heuristic capped", res: vec![("last-modified", http_date(0)), ("date", http_date(10_000_000))], lifetime: 86_400 },
+            Case { name: "nothing", res: vec![], lifetime: 0 },
+        ];
+        for c in cases {
+            let mut h = HeaderMap::new();
+            for (n, v) in &c.res {
+                h.append(HeaderName::from_static(n), HeaderValue::from_str(v).unwrap());
+            }
+            assert_eq!(Freshness::of(&h, at(1000), at(1000)).lifetime, Duration::from_secs(c.lifetime), "{}", c.name);
+        }
+    }
+
+    #[test]
+    fn age_counts_origin_age_delay_and_residence() {
+        // Sent at 1000, answered at 1002 with Age 5 and Date 1001.
+        let h = headers(&[("age", "5"), ("cache-control", "max-age=10")]);
+        let mut h2 = h.clone();
+        h2.insert(header::DATE, HeaderValue::from_str(&http_date(1001)).unwrap());
+        let f = Freshness::of(&h2, at(1000), at(1002));
+        assert_eq!(f.initial_age, Duration::from_secs(7));
+        assert_eq!(f.age(at(1004)), Duration::from_secs(9));
+        assert!(f.usable(&HeaderMap::new(), at(1004)));
+        assert!(!f.usable(&HeaderMap::new(), at(1005)), "age 10 is not < lifetime 10");
+        assert!(!f.usable(&headers(&[("cache-control", "max-age=8")]), at(1004)), "request max-age");
+        assert!(!f.usable(&headers(&[("cache-control", "no-cache")]), at(1003)), "request no-cache");
+        let nc = Freshness::of(&headers(&[("cache-control", "no-cache, max-age=100")]), at(0), at(0));
+        assert!(!nc.usable(&HeaderMap::new(), at(1)), "response no-cache always revalidates");
+        assert_eq!(age_header(&f, at(1004)), "9");
+    }
+
+    #[test]
+    fn vary_selects_by_normalised_request_values() {
+        assert_eq!(vary_fields(&headers(&[("vary", "*")])), None);
+        let fields = vary_fields(&headers(&[("vary", "Accept-Encoding, accept-language")])).unwrap();
+        assert_eq!(fields, vec![header::ACCEPT_ENCODING, header::ACCEPT_LANGUAGE]);
+        let a = vary_values(&fields, &headers(&[("accept-encoding", "gzip,  br")]));
+        let b = vary_values(&fields, &headers(&[("accept-encoding", "gzip"), ("accept-encoding", "br")]));
+        let c = vary_values(&fields, &headers(&[("accept-encoding", "gzip"), ("accept-language", "fr")]));
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(a, vec![Some("gzip,br".to_owned()), None]);
+    }
+
+    #[test]
+    fn revalidation_prefers_etag_and_304_merges_headers() {
+        let stored = headers(&[("etag", "\"v1\""), ("last-modified", &http_date(0)), ("cache-control", "max-age=1"), ("content-length", "10")]);
+        let cond = revalidation_headers(&stored);
+        assert_eq!(cond.get(header::IF_NONE_MATCH).unwrap(), "\"v1\"");
+        assert!(!cond.contains_key(header::IF_MODIFIED_SINCE));
+        let cond = revalidation_headers(&headers(&[("last-modified", &http_date(0))]));
+        assert!(cond.contains_key(header::IF_MODIFIED_SINCE));
+        let merged = merge_not_modified(&stored, &headers(&[("cache-control", "max-age=60"), ("content-length", "0")]));
+        assert_eq!(merged.get(header::CACHE_CONTROL).unwrap(), "max-age=60");
+        assert_eq!(merged.get(header::CONTENT_LENGTH).unwrap(), "10");
+        assert_eq!(merged.get(header::ETAG).unwrap(), "\"v1\"");
+    }
+}
