@@ -1,0 +1,377 @@
+//! End-to-end tests of `circus serve --origin`: the built binary in front
+//! of a small HTTP origin started by each test (std threads, raw HTTP/1.1,
+//! so faults are easy to inject: slow chunks, a connection cut, an origin
+//! that dies). The origin counts the body bytes it sends and the requests
+//! it answers, which is what the tier's promises are about.
+
+use std::{
+    collections::HashMap,
+    io::{BufRead, BufReader, Read, Write},
+    net::{Shutdown, TcpListener, TcpStream},
+    process::{Child, Command, Stdio},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+#[derive(Clone, Default)]
+struct Obj {
+    data: Arc<Vec<u8>>,
+    cache_control: &'static str,
+    /// Extra response headers.
+    extra: Vec<(&'static str, &'static str)>,
+    /// The body is this request header's value (for private and Vary tests).
+    echo: Option<&'static str>,
+    /// Sleep before each 64 KiB chunk.
+    chunk_delay: Duration,
+    /// After this many body bytes of this object in total, the origin dies
+    /// for it: the current connection is cut and later requests are refused.
+    die_after: Option<u64>,
+}
+
+#[derive(Default)]
+struct Counters {
+    body_bytes: AtomicU64,
+    requests: AtomicU64,
+    not_modified: AtomicU64,
+    /// When the last body byte of any response went out.
+    last_send: Mutex<Option<Instant>>,
+}
+
+struct TestOrigin {
+    addr: String,
+    counters: Arc<Counters>,
+}
+
+const ETAG: &str = "\"v1\"";
+
+fn start_origin(objects: HashMap<&'static str, Obj>) -> TestOrigin {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let counters = Arc::new(Counters::default());
+    let objects = Arc::new(objects);
+    let dead = Arc::new(AtomicBool::new(false));
+    let c = counters.clone();
+    thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let (objects, c, dead) = (objects.clone(), c.clone(), dead.clone());
+            thread::spawn(move || {
+                let _ = serve_conn(conn, &objects, &c, &dead);
+            });
+        }
+    });
+    TestOrigin { addr, counters }
+}
+
+fn serve_conn(
+    mut conn: TcpStream,
+    objects: &HashMap<&'static str, Obj>,
+    c: &Counters,
+    dead: &AtomicBool,
+) -> std::io::Result<()> {
+    let mut reader = BufReader::new(conn.try_clone()?);
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            return Ok(());
+        }
+        let path = line.split_whitespace().nth(1).unwrap_or("/").to_owned();
+        let mut headers = HashMap::new();
+        loop {
+            let mut h = String::new();
+            reader.read_line(&mut h)?;
+            let h = h.trim_end();
+            if h.is_empty() {
+                break;
+            }
+            if let Some((n, v)) = h.split_once(':') {
+                headers.insert(n.trim().to_ascii_lowercase(), v.trim().to_owned());
+            }
+        }
+        c.requests.fetch_add(1, Ordering::SeqCst);
+        let Some(obj) = objects.get(path.as_str()) else {
+            conn.write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")?;
+            continue;
+        };
+        if obj.die_after.is_some() && dead.load(Ordering::SeqCst) {
+            return conn.shutdown(Shutdown::Both);
+        }
+        let data: Vec<u8> = match obj.echo {
+            Some(h) => headers.get(h).cloned().unwrap_or_else(|| "none".into()).into_bytes(),
+            None => obj.data.to_vec(),
+        };
+        let mut head = format!(
+            "cache-control: {}\r\netag: {ETAG}\r\nlast-modified: Mon, 01 Jan 2024 00:00:00 GMT\r\n",
+            obj.cache_control
+        );
+        for (n, v) in &obj.extra {
+            head += &format!("{n}: {v}\r\n");
+        }
+        if headers.get("if-none-match").map(String::as_str) == Some(ETAG) {
+            c.not_modified.fetch_add(1, Ordering::SeqCst);
+            conn.write_all(format!("HTTP/1.1 304 Not Modified\r\n{head}\r\n").as_bytes())?;
+            continue;
+        }
+        if headers.get("if-match").is_some_and(|m| m != ETAG) {
+            conn.write_all(b"HTTP/1.1 412 Precondition Failed\r\ncontent-length: 0\r\n\r\n")?;
+            continue;
+        }
+        let len = data.len() as u64;
+        let (status, start, end) = match headers.get("range").and_then(|r| r.strip_prefix("bytes=")) {
+            Some(r) => {
+                let (a, b) = r.split_once('-').unwrap();
+                let a: u64 = a.parse().unwrap();
+                let b: u64 = b.parse::<u64>().unwrap_or(u64::MAX).min(len.saturating_sub(1));
+                if a >= len {
+                    conn.write_all(format!("HTTP/1.1 416 Range Not Satisfiable\r\ncontent-range: bytes */{len}\r\ncontent-length: 0\r\n\r\n").as_bytes())?;
+                    continue;
+                }
+                head += &format!("content-range: bytes {a}-{b}/{len}\r\n");
+                ("206 Partial Content", a, b + 1)
+            }
+            None => ("200 OK", 0, len),
+        };
+        conn.write_all(format!("HTTP/1.1 {status}\r\n{head}content-length: {}\r\n\r\n", end - start).as_bytes())?;
+        for chunk in data[start as usize..end as usize].chunks(64 * 1024) {
+            thread::sleep(obj.chunk_delay);
+            if let Some(limit) = obj.die_after {
+                if dead.load(Ordering::SeqCst) || c.body_bytes.load(Ordering::SeqCst) >= limit {
+                    dead.store(true, Ordering::SeqCst);
+                    return conn.shutdown(Shutdown::Both);
+                }
+            }
+            conn.write_all(chunk)?;
+            c.body_bytes.fetch_add(chunk.len() as u64, Ordering::SeqCst);
+            *c.last_send.lock().unwrap() = Some(Instant::now());
+        }
+    }
+}
+
+struct Tier {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Tier {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn tier(origin: &TestOrigin, extra: &[&str]) -> Tier {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_circus"))
+        .args(["serve", "--origin", &format!("http://{}/", origin.addr), "--listen", "127.0.0.1:0"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start circus serve --origin");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let addr = line.trim().rsplit("http://").next().expect("address line").to_owned();
+    Tier { child, addr }
+}
+
+/// What a client saw: status, headers, and whether the body it read was
+/// complete (as long as Content-Length) and equal to `expect`.
+#[derive(Debug)]
+struct Got {
+    status: u16,
+    headers: HashMap<String, String>,
+    body: Vec<u8>,
+    complete: bool,
+    first_byte: Option<Instant>,
+}
+
+/// GET with extra headers; the body is kept only when `keep` (the crowd
+/// tests compare it on the fly against `expect` instead).
+fn get(addr: &str, path: &str, extra: &[(&str, &str)], expect: Option<&[u8]>) -> Got {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut req = format!("GET {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\n");
+    for (n, v) in extra {
+        req += &format!("{n}: {v}\r\n");
+    }
+    s.write_all(format!("{req}\r\n").as_bytes()).unwrap();
+    let mut r = BufReader::new(s);
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    let status = line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let mut headers = HashMap::new();
+    loop {
+        let mut h = String::new();
+        if r.read_line(&mut h).unwrap_or(0) == 0 {
+            break;
+        }
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        if let Some((n, v)) = h.split_once(':') {
+            headers.insert(n.trim().to_ascii_lowercase(), v.trim().to_owned());
+        }
+    }
+    let want: Option<usize> = headers.get("content-length").and_then(|v| v.parse().ok());
+    let mut body = Vec::new();
+    let (mut read, mut same, mut first_byte) = (0usize, true, None);
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        match r.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                first_byte.get_or_insert_with(Instant::now);
+                match expect {
+                    Some(e) => same &= e.get(read..read + n) == Some(&buf[..n]),
+                    None => body.extend_from_slice(&buf[..n]),
+                }
+                read += n;
+            }
+        }
+    }
+    let complete = want == Some(read) && same;
+    Got { status, headers, body, complete, first_byte }
+}
+
+fn pattern(size: usize, seed: u64) -> Arc<Vec<u8>> {
+    Arc::new((0..size as u64).map(|i| ((i ^ seed).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8).collect())
+}
+
+#[test]
+fn a_crowd_missing_one_object_fetches_it_once_and_streams_before_it_is_whole() {
+    let size = 32 << 20;
+    let data = pattern(size, 1);
+    // About 1.5 s for the whole object at the origin.
+    let big = Obj { data: data.clone(), cache_control: "max-age=600", chunk_delay: Duration::from_millis(3), ..Obj::default() };
+    let origin = start_origin(HashMap::from([("/big.bin", big)]));
+    let t = tier(&origin, &["--cache", "256MiB"]);
+    let clients: Vec<_> = (0..100)
+        .map(|_| {
+            let (addr, data) = (t.addr.clone(), data.clone());
+            thread::spawn(move || get(&addr, "/big.bin", &[], Some(&data)))
+        })
+        .collect();
+    let results: Vec<Got> = clients.into_iter().map(|c| c.join().unwrap()).collect();
+    let origin_done = origin.counters.last_send.lock().unwrap().expect("origin sent the object");
+    for (i, g) in results.iter().enumerate() {
+        assert_eq!(g.status, 200, "client {i}");
+        assert!(g.complete, "client {i} got a wrong or short body");
+        assert!(g.first_byte.unwrap() < origin_done, "client {i} waited for the whole object before its first byte");
+    }
+    let fetched = origin.counters.body_bytes.load(Ordering::SeqCst);
+    let last_first = results.iter().filter_map(|g| g.first_byte).max().unwrap();
+    eprintln!(
+        "origin bytes / size = {:.3}; last first byte {:?} before the origin finished",
+        fetched as f64 / size as f64,
+        origin_done - last_first
+    );
+    assert!(fetched as f64 <= 1.05 * size as f64, "origin sent {fetched} bytes for a {size} byte object");
+}
+
+#[test]
+fn an_origin_that_dies_mid_transfer_fails_every_waiter_and_no_body_looks_complete() {
+    let size = 8 << 20;
+    let data = pattern(size, 2);
+    let dies = Obj {
+        data: data.clone(),
+        cache_control: "max-age=600",
+        chunk_delay: Duration::from_millis(2),
+        die_after: Some(3 << 20),
+        ..Obj::default()
+    };
+    let origin = start_origin(HashMap::from([("/dies.bin", dies)]));
+    let t = tier(&origin, &["--cache", "64MiB"]);
+    let clients: Vec<_> = (0..10)
+        .map(|_| {
+            let (addr, data) = (t.addr.clone(), data.clone());
+            thread::spawn(move || get(&addr, "/dies.bin", &[], Some(&data)))
+        })
+        .collect();
+    for (i, c) in clients.into_iter().enumerate() {
+        let g = c.join().unwrap();
+        eprintln!("client {i}: status {} and {} body bytes", g.status, if g.complete { "all" } else { "not all" });
+        assert!(!g.complete, "client {i} saw a complete body from an origin that died: {g:?}");
+    }
+    // Afterwards: an error status or a cut body, never a complete-looking one.
+    let g = get(&t.addr, "/dies.bin", &[], Some(&data));
+    assert!(!g.complete, "a request after the origin died looked complete: {g:?}");
+}
+
+#[test]
+fn a_stalled_origin_times_out_into_an_error_not_a_short_success() {
+    let data = pattern(4 << 20, 3);
+    let stall =
+        Obj { data: data.clone(), cache_control: "max-age=600", chunk_delay: Duration::from_secs(5), ..Obj::default() };
+    let origin = start_origin(HashMap::from([("/stall.bin", stall)]));
+    let t = tier(&origin, &["--origin-timeout", "1"]);
+    let started = Instant::now();
+    let g = get(&t.addr, "/stall.bin", &[], Some(&data));
+    assert!(!g.complete, "{g:?}");
+    assert!(g.status == 502 || g.status == 200, "status {}", g.status);
+    assert!(started.elapsed() < Duration::from_secs(20), "the timeout did not end the request");
+}
+
+#[test]
+fn private_and_credentialed_responses_are_never_served_to_another_client() {
+    let me = |cc| Obj { cache_control: cc, echo: Some("x-user"), ..Obj::default() };
+    let origin = start_origin(HashMap::from([
+        ("/private", me("private, max-age=600")),
+        ("/nostore", me("no-store")),
+        ("/auth", me("max-age=600")),
+    ]));
+    let t = tier(&origin, &[]);
+    for round in 0..3 {
+        for user in ["alice", "bob"] {
+            for path in ["/private", "/nostore"] {
+                let g = get(&t.addr, path, &[("x-user", user)], None);
+                assert_eq!((g.status, g.body.as_slice()), (200, user.as_bytes()), "{path} round {round}");
+            }
+            let g = get(&t.addr, "/auth", &[("x-user", user), ("authorization", user)], None);
+            assert_eq!(g.body, user.as_bytes(), "/auth round {round}");
+        }
+    }
+    // Without credentials, /auth is shared (max-age, no private): stored once.
+    let before = origin.counters.requests.load(Ordering::SeqCst);
+    let a = get(&t.addr, "/auth", &[("x-user", "carol")], None);
+    let b = get(&t.addr, "/auth", &[("x-user", "dave")], None);
+    assert_eq!((a.body.as_slice(), b.body.as_slice()), (&b"carol"[..], &b"carol"[..]));
+    assert_eq!(origin.counters.requests.load(Ordering::SeqCst) - before, 1);
+}
+
+#[test]
+fn vary_selects_the_stored_representation() {
+    let lang =
+        Obj { cache_control: "max-age=600", echo: Some("accept-language"), extra: vec![("vary", "Accept-Language")], ..Obj::default() };
+    let origin = start_origin(HashMap::from([("/lang", lang)]));
+    let t = tier(&origin, &[]);
+    for l in ["en", "fr", "en", "fr", "en"] {
+        let g = get(&t.addr, "/lang", &[("accept-language", l)], None);
+        assert_eq!(g.body, l.as_bytes());
+        assert_eq!(g.headers.get("vary").map(String::as_str), Some("Accept-Language"));
+    }
+}
+
+#[test]
+fn small_objects_are_hits_until_stale_then_revalidated_with_the_etag() {
+    let data = pattern(1024, 4);
+    let small = Obj { data: data.clone(), cache_control: "max-age=1", ..Obj::default() };
+    let origin = start_origin(HashMap::from([("/small", small)]));
+    let t = tier(&origin, &[]);
+    for _ in 0..50 {
+        let g = get(&t.addr, "/small", &[], None);
+        assert_eq!((g.status, g.body.as_slice()), (200, data.as_slice()));
+    }
+    assert_eq!(origin.counters.requests.load(Ordering::SeqCst), 1, "50 requests, one origin fetch");
+    let g = get(&t.addr, "/small", &[("if-none-match", ETAG)], None);
+    assert_eq!(g.status, 304);
+    thread::sleep(Duration::from_millis(2100));
+    let g = get(&t.addr, "/small", &[], None);
+    assert_eq!((g.status, g.body.as_slice()), (200, data.as_slice()));
+    assert_eq!(origin.counters.not_modified.load(Ordering::SeqCst), 1, "stale copy revalidated by a 304");
+    assert_eq!(origin.counters.body_bytes.load(Ordering::SeqCst), 1024, "the body came once");
+    let r = get(&t.addr, "/small", &[("range", "bytes=10-19")], None);
+    assert_eq!((r.status, r.body.as_slice()), (206, &data[10..20]));
+}
