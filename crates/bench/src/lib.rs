@@ -12,12 +12,19 @@
 //!   circus and sequential policies.
 //! - `hot`: 50 concurrent downloads of a file already in memory, circus
 //!   against nginx (sendfile), with the same client program (curl).
+//! - `lava`: 1 KiB and 10 KiB resident objects at the highest rate, the
+//!   origin tier against nginx (issue 5).
+//! - `origin`: a crowd missing one large origin object; origin bytes over
+//!   the object size (issue 5).
 //! - `slow`: thousands of connections that request a file and then read
 //!   nothing; server memory per connection beyond the cache budget.
 
 mod amplification;
 mod hot;
+mod lava;
+mod loadgen;
 mod native_client;
+mod origin;
 mod procs;
 mod report;
 mod slow;
@@ -65,7 +72,11 @@ pub async fn run(name: &str, opts: &BenchOptions, log: &mut (dyn FnMut(&str) + S
         "amplification" => amplification::run(opts, log).await,
         "hot" => hot::run(opts, log).await,
         "slow" => slow::run(opts, log).await,
-        other => Err(BenchError::Setup(format!("unknown scenario {other:?}: use amplification, hot or slow"))),
+        "lava" => lava::run(opts, log).await,
+        "origin" => origin::run(opts, log).await,
+        other => {
+            Err(BenchError::Setup(format!("unknown scenario {other:?}: use amplification, hot, slow, lava or origin")))
+        }
     }
 }
 

@@ -36,9 +36,16 @@ impl Drop for ServerProc {
 impl ServerProc {
     /// `circus serve ROOT --listen 127.0.0.1:0 EXTRA...`.
     pub fn circus(bin: &Path, root: &Path, extra: &[String]) -> Result<ServerProc, BenchError> {
+        let mut args = vec![root.to_string_lossy().into_owned()];
+        args.extend_from_slice(extra);
+        Self::circus_serve(bin, "circus", &args)
+    }
+
+    /// `circus serve --listen 127.0.0.1:0 ARGS...`, named `name` in reports.
+    pub fn circus_serve(bin: &Path, name: &str, args: &[String]) -> Result<ServerProc, BenchError> {
         let mut child = Command::new(bin)
-            .args(["serve", &root.to_string_lossy(), "--listen", "127.0.0.1:0"])
-            .args(extra)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(args)
             .env("CIRCUS_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -53,7 +60,7 @@ impl ServerProc {
             let _ = child.kill();
             return Err(BenchError::Setup("circus serve printed no address".into()));
         }
-        Ok(ServerProc { name: "circus".into(), child, addr })
+        Ok(ServerProc { name: name.into(), child, addr })
     }
 
     /// nginx serving `root` on a free loopback port, with sendfile, its own

@@ -9,7 +9,9 @@ use std::path::PathBuf;
 pub struct BenchArgs {
     /// amplification (50 mixed-speed native clients, storage bytes read),
     /// hot (50 downloads of a resident file, circus vs nginx),
-    /// slow (thousands of idle downloads, memory per connection).
+    /// slow (thousands of idle downloads, memory per connection),
+    /// lava (1 KiB / 10 KiB resident objects at the highest rate, origin tier vs nginx),
+    /// origin (a crowd missing one large origin object: origin bytes / size).
     scenario: String,
     /// Test file size (default: 1GiB).
     #[arg(long)]
@@ -34,7 +36,11 @@ pub struct BenchArgs {
 }
 
 pub fn main(args: BenchArgs) -> anyhow::Result<()> {
-    let default_clients = if args.scenario == "slow" { 5000 } else { 50 };
+    let default_clients = match args.scenario.as_str() {
+        "slow" => 5000,
+        "origin" => 100,
+        _ => 50,
+    };
     let opts = circus_bench::BenchOptions {
         circus: std::env::current_exe().context("locating the circus binary")?,
         work: args.work.clone(),

@@ -184,6 +184,29 @@ pub fn vary_values(fields: &[HeaderName], req: &HeaderMap) -> Vec<Option<String>
         .collect()
 }
 
+/// Whether `req` has the `stored` values of the varied `fields` (as
+/// [`vary_values`] would compute them), without allocating: this runs on
+/// every hit.
+pub fn vary_matches(fields: &[HeaderName], stored: &[Option<String>], req: &HeaderMap) -> bool {
+    fields.iter().zip(stored).all(|(f, s)| {
+        let mut parts =
+            req.get_all(f).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).map(str::trim);
+        match s {
+            None => parts.next().is_none(),
+            Some(s) => {
+                let mut want = s.split(',');
+                loop {
+                    match (parts.next(), want.next()) {
+                        (None, None) => break true,
+                        (Some(a), Some(b)) if a == b => {}
+                        _ => break false,
+                    }
+                }
+            }
+        }
+    })
+}
+
 /// Headers of a conditional request that revalidates a stored response
 /// (§4.3.1): the strong or weak ETag, else Last-Modified.
 pub fn revalidation_headers(stored: &HeaderMap) -> HeaderMap {
@@ -344,6 +367,20 @@ mod tests {
         assert_eq!(a, b);
         assert_ne!(a, c);
         assert_eq!(a, vec![Some("gzip,br".to_owned()), None]);
+        let reqs = [
+            headers(&[("accept-encoding", "gzip, br")]),
+            headers(&[("accept-encoding", "gzip")]),
+            headers(&[("accept-encoding", "gzip,br,zstd")]),
+            headers(&[("accept-encoding", "gzip,br"), ("accept-language", "fr")]),
+            headers(&[("accept-encoding", "")]),
+            HeaderMap::new(),
+        ];
+        for stored in &reqs {
+            let sv = vary_values(&fields, stored);
+            for req in &reqs {
+                assert_eq!(vary_matches(&fields, &sv, req), vary_values(&fields, req) == sv, "{stored:?} vs {req:?}");
+            }
+        }
     }
 
     #[test]

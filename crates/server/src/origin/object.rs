@@ -111,7 +111,7 @@ impl Object {
 
     /// Whether this version was selected by requests like `req` (Vary).
     pub fn selected_by(&self, req: &HeaderMap) -> bool {
-        self.vary.is_empty() || rfc9111::vary_values(&self.vary, req) == self.vary_values
+        rfc9111::vary_matches(&self.vary, &self.vary_values, req)
     }
 
     /// Headers for a block fetch: the varied request headers, and a
