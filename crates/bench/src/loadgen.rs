@@ -51,7 +51,12 @@ pub async fn run(
     for c in 0..connections {
         let (addr, reqs) = (addr.to_owned(), reqs.clone());
         let offset = c * reqs.len() / connections.max(1);
-        tasks.spawn(async move { connection(&addr, &reqs, offset, depth, deadline).await });
+        tasks.spawn(async move {
+            // A server that stops answering fails the run instead of hanging it.
+            tokio::time::timeout(duration + Duration::from_secs(10), connection(&addr, &reqs, offset, depth, deadline))
+                .await
+                .map_err(|_| BenchError::Client(format!("{addr} stopped answering")))?
+        });
     }
     let mut total = Load::default();
     while let Some(joined) = tasks.join_next().await {

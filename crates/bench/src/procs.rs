@@ -76,7 +76,7 @@ impl ServerProc {
         let text = format!(
             "daemon off; worker_processes auto; pid {work}/nginx-{port}.pid; error_log {work}/nginx-error.log warn;\n\
              events {{ worker_connections 16384; }}\n\
-             http {{ access_log off; sendfile on; tcp_nopush on; {direct} keepalive_timeout 65;\n\
+             http {{ access_log off; sendfile on; tcp_nopush on; {direct} keepalive_timeout 65; keepalive_requests 100000000;\n\
                client_body_temp_path {work}/nb; proxy_temp_path {work}/np; fastcgi_temp_path {work}/nf; uwsgi_temp_path {work}/nu; scgi_temp_path {work}/ns;\n\
                types {{ }} default_type application/octet-stream;\n\
                server {{ listen 127.0.0.1:{port}; root {root}; }} }}\n",
