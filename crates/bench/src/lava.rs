@@ -17,6 +17,7 @@ const SIZES: [u64; 2] = [1024, 10 * 1024];
 const DEPTH: usize = 8;
 const MEASURE: Duration = Duration::from_secs(10);
 const WARM: Duration = Duration::from_secs(2);
+const ROUNDS: u32 = 5;
 
 /// `OBJECTS` files of `size` bytes, last modified a month ago so that the
 /// tier's heuristic freshness (a tenth of their age, capped at a day; the
@@ -51,23 +52,39 @@ pub async fn run(opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Res
         tier_args.extend(opts.server_args.iter().cloned());
         let tier = ServerProc::circus_serve(&opts.circus, "circus-origin-tier", &tier_args)?;
         let nginx = ServerProc::nginx(&dir, &opts.work, false)?;
-        let mut rates = Vec::new();
-        for server in [&tier, &nginx] {
+        let servers = [&tier, &nginx];
+        for server in servers {
             loadgen::run(&server.addr, &paths, opts.clients, DEPTH, WARM).await?;
-            let origin_reqs = tier.metric("circus_origin_requests_total").unwrap_or(0.0);
-            let cpu = server.cpu_seconds();
-            let load = loadgen::run(&server.addr, &paths, opts.clients, DEPTH, MEASURE).await?;
-            let name = server.name.as_str();
+        }
+        // Short alternating rounds, so that other load on the machine falls
+        // on both servers alike rather than on whichever ran second.
+        let origin_reqs = tier.metric("circus_origin_requests_total").unwrap_or(0.0);
+        let mut totals = [loadgen::Load::default(); 2];
+        let mut cpu = [0.0; 2];
+        for _ in 0..ROUNDS {
+            for (i, server) in servers.iter().enumerate() {
+                let before = server.cpu_seconds();
+                let load = loadgen::run(&server.addr, &paths, opts.clients, DEPTH, MEASURE / ROUNDS).await?;
+                cpu[i] += server.cpu_seconds() - before;
+                totals[i].responses += load.responses;
+                totals[i].payload_bytes += load.payload_bytes;
+                totals[i].seconds += load.seconds;
+            }
+        }
+        let mut rates = Vec::new();
+        for (i, server) in servers.iter().enumerate() {
+            let load = totals[i];
             log(&format!(
-                "{size} B objects, {name}: {:.0} req/s, {:.0} Mbit/s of payload",
+                "{size} B objects, {}: {:.0} req/s, {:.0} Mbit/s of payload",
+                server.name,
                 load.req_per_s(),
                 load.payload_mbit_per_s()
             ));
-            let mut row = Row::new(format!("{name} {}KiB", size / 1024))
+            let mut row = Row::new(format!("{} {}KiB", server.name, size / 1024))
                 .with("req_per_s", load.req_per_s())
                 .with("payload_mbit_per_s", load.payload_mbit_per_s())
-                .with("server_cpu_s", server.cpu_seconds() - cpu);
-            if std::ptr::eq(server, &tier) {
+                .with("server_cpu_s", cpu[i]);
+            if i == 0 {
                 // Must stay 0: every request was a hit.
                 let during = tier.metric("circus_origin_requests_total").unwrap_or(0.0) - origin_reqs;
                 row = row.with("origin_requests_during_run", during);
@@ -86,7 +103,7 @@ pub async fn run(opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Res
     Ok(Report {
         scenario: "lava".into(),
         setup: format!(
-            "{OBJECTS} resident objects per size, {} keep-alive connections x {DEPTH} pipelined requests, {}s per server, client on the same 2 cores",
+            "{OBJECTS} resident objects per size, {} keep-alive connections x {DEPTH} pipelined requests, {}s per server in {ROUNDS} alternating rounds, client on the same 2 cores",
             opts.clients,
             MEASURE.as_secs()
         ),
