@@ -100,6 +100,8 @@ pub async fn run(opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Res
             if ratio >= target { "met" } else { "NOT met" }
         ));
     }
+    plot(&rows, &opts.work.join("cache-lava.svg"))?;
+    log(&format!("plot: {}", opts.work.join("cache-lava.svg").display()));
     Ok(Report {
         scenario: "lava".into(),
         setup: format!(
@@ -110,4 +112,30 @@ pub async fn run(opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Res
         verdict: verdicts.join("; "),
         rows,
     })
+}
+
+/// Requests and payload per second against object size, one line per server.
+fn plot(rows: &[Row], path: &Path) -> Result<(), BenchError> {
+    use circus_plot::{Chart, Scale, Series};
+    let line = |server: &str, figure: &str| {
+        let points = rows.iter().filter(|r| r.server.starts_with(server)).filter_map(|r| {
+            let kib: f64 = r.server.rsplit(' ').next()?.trim_end_matches("KiB").parse().ok()?;
+            Some((kib, r.get(figure)?))
+        });
+        Series::new(server, points.collect::<Vec<_>>())
+    };
+    let chart = |title: &str, y: &str, figure: &str| Chart {
+        title: title.into(),
+        x_label: "object size (KiB)".into(),
+        y_label: y.into(),
+        x_scale: Scale::Log2,
+        y_from_zero: true,
+        series: vec![line("circus-origin-tier", figure), line("nginx-sendfile", figure)],
+        ..Chart::default()
+    };
+    let charts = [
+        chart("Resident small objects: requests", "requests/s", "req_per_s"),
+        chart("Resident small objects: payload", "Mbit/s of payload", "payload_mbit_per_s"),
+    ];
+    circus_plot::write_grid_svg(path, &charts, 2).map_err(|e| BenchError::Setup(format!("plot: {e}")))
 }
