@@ -23,7 +23,15 @@ pub async fn run(opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Res
     let mut children = Vec::new();
     for _ in 0..opts.clients {
         let child = tokio::process::Command::new("curl")
-            .args(["-sSf", "--max-time", "600", "-o", "/dev/null", "-w", "%{size_download} %{time_starttransfer} %{time_total}"])
+            .args([
+                "-sSf",
+                "--max-time",
+                "600",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{size_download} %{time_starttransfer} %{time_total}",
+            ])
             .arg(&url)
             .stdout(std::process::Stdio::piped())
             .spawn()
@@ -45,7 +53,9 @@ pub async fn run(opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Res
     let wall = started.elapsed().as_secs_f64();
     let fetched = tier.metric("circus_origin_fetched_bytes_total")?;
     let ratio = fetched / opts.file_size as f64;
-    log(&format!("origin bytes / object size = {ratio:.3}; slowest first byte {max_first:.3} s; fastest download {min_total:.3} s"));
+    log(&format!(
+        "origin bytes / object size = {ratio:.3}; slowest first byte {max_first:.3} s; fastest download {min_total:.3} s"
+    ));
     let row = Row::new("circus-origin-tier")
         .with("origin_bytes_over_size", ratio)
         .with("max_time_to_first_byte_s", max_first)

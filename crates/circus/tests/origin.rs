@@ -137,11 +137,11 @@ fn serve_conn(
         conn.write_all(format!("HTTP/1.1 {status}\r\n{head}content-length: {}\r\n\r\n", end - start).as_bytes())?;
         for chunk in data[start as usize..end as usize].chunks(64 * 1024) {
             thread::sleep(obj.chunk_delay);
-            if let Some(limit) = obj.die_after {
-                if dead.load(Ordering::SeqCst) || c.body_bytes.load(Ordering::SeqCst) >= limit {
-                    dead.store(true, Ordering::SeqCst);
-                    return conn.shutdown(Shutdown::Both);
-                }
+            if let Some(limit) = obj.die_after
+                && (dead.load(Ordering::SeqCst) || c.body_bytes.load(Ordering::SeqCst) >= limit)
+            {
+                dead.store(true, Ordering::SeqCst);
+                return conn.shutdown(Shutdown::Both);
             }
             conn.write_all(chunk)?;
             c.body_bytes.fetch_add(chunk.len() as u64, Ordering::SeqCst);
@@ -245,7 +245,12 @@ fn a_crowd_missing_one_object_fetches_it_once_and_streams_before_it_is_whole() {
     let size = 32 << 20;
     let data = pattern(size, 1);
     // About 1.5 s for the whole object at the origin.
-    let big = Obj { data: data.clone(), cache_control: "max-age=600", chunk_delay: Duration::from_millis(3), ..Obj::default() };
+    let big = Obj {
+        data: data.clone(),
+        cache_control: "max-age=600",
+        chunk_delay: Duration::from_millis(3),
+        ..Obj::default()
+    };
     let origin = start_origin(HashMap::from([("/big.bin", big)]));
     let t = tier(&origin, &["--cache", "256MiB"]);
     let clients: Vec<_> = (0..100)
@@ -343,8 +348,12 @@ fn private_and_credentialed_responses_are_never_served_to_another_client() {
 
 #[test]
 fn vary_selects_the_stored_representation() {
-    let lang =
-        Obj { cache_control: "max-age=600", echo: Some("accept-language"), extra: vec![("vary", "Accept-Language")], ..Obj::default() };
+    let lang = Obj {
+        cache_control: "max-age=600",
+        echo: Some("accept-language"),
+        extra: vec![("vary", "Accept-Language")],
+        ..Obj::default()
+    };
     let origin = start_origin(HashMap::from([("/lang", lang)]));
     let t = tier(&origin, &[]);
     for l in ["en", "fr", "en", "fr", "en"] {

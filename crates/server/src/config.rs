@@ -137,7 +137,9 @@ impl FileConfig {
         if let Some(url) = &self.origin {
             let uri: http::Uri = url.parse().map_err(|e| ConfigError::Origin(format!("{url}: {e}")))?;
             if uri.scheme_str() != Some("http") || uri.authority().is_none() {
-                return Err(ConfigError::Origin(format!("{url}: give an http://host:port/ URL (https is not supported yet)")));
+                return Err(ConfigError::Origin(format!(
+                    "{url}: give an http://host:port/ URL (https is not supported yet)"
+                )));
             }
             cfg.origin = Some(crate::origin::OriginConfig::new(uri));
         }

@@ -177,8 +177,13 @@ pub fn vary_values(fields: &[HeaderName], req: &HeaderMap) -> Vec<Option<String>
     fields
         .iter()
         .map(|f| {
-            let values: Vec<&str> =
-                req.get_all(f).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).map(str::trim).collect();
+            let values: Vec<&str> = req
+                .get_all(f)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split(','))
+                .map(str::trim)
+                .collect();
             (!values.is_empty()).then(|| values.join(","))
         })
         .collect()
@@ -189,8 +194,7 @@ pub fn vary_values(fields: &[HeaderName], req: &HeaderMap) -> Vec<Option<String>
 /// every hit.
 pub fn vary_matches(fields: &[HeaderName], stored: &[Option<String>], req: &HeaderMap) -> bool {
     fields.iter().zip(stored).all(|(f, s)| {
-        let mut parts =
-            req.get_all(f).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).map(str::trim);
+        let mut parts = req.get_all(f).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).map(str::trim);
         match s {
             None => parts.next().is_none(),
             Some(s) => {
@@ -262,7 +266,10 @@ mod tests {
 
     #[test]
     fn cache_control_parses_directives_case_insensitively() {
-        let cc = CacheControl::parse(&headers(&[("cache-control", "Max-Age=60, s-maxage=\"30\""), ("cache-control", "PRIVATE")]));
+        let cc = CacheControl::parse(&headers(&[
+            ("cache-control", "Max-Age=60, s-maxage=\"30\""),
+            ("cache-control", "PRIVATE"),
+        ]));
         assert_eq!((cc.max_age, cc.s_maxage, cc.private), (Some(60), Some(30), true));
         assert_eq!(CacheControl::parse(&headers(&[("cache-control", "max-age=abc")])).max_age, Some(0));
         assert!(CacheControl::parse(&headers(&[("cache-control", "no-cache=\"set-cookie\"")])).no_cache);
@@ -280,7 +287,13 @@ mod tests {
         let cases = [
             Case { name: "plain 200", req: &[], status: 200, res: &[], want: Ok(()) },
             Case { name: "partial", req: &[], status: 206, res: &[("cache-control", "max-age=5")], want: Ok(()) },
-            Case { name: "no-store", req: &[], status: 200, res: &[("cache-control", "no-store")], want: Err(NotStored::NoStore) },
+            Case {
+                name: "no-store",
+                req: &[],
+                status: 200,
+                res: &[("cache-control", "no-store")],
+                want: Err(NotStored::NoStore),
+            },
             Case {
                 name: "request no-store",
                 req: &[("cache-control", "no-store")],
@@ -288,7 +301,13 @@ mod tests {
                 res: &[],
                 want: Err(NotStored::RequestNoStore),
             },
-            Case { name: "private", req: &[], status: 200, res: &[("cache-control", "private, max-age=60")], want: Err(NotStored::Private) },
+            Case {
+                name: "private",
+                req: &[],
+                status: 200,
+                res: &[("cache-control", "private, max-age=60")],
+                want: Err(NotStored::Private),
+            },
             Case {
                 name: "authorization",
                 req: &[("authorization", "Bearer x")],
@@ -303,7 +322,13 @@ mod tests {
                 res: &[("cache-control", "public, max-age=60")],
                 want: Ok(()),
             },
-            Case { name: "vary star", req: &[], status: 200, res: &[("vary", "Accept, *")], want: Err(NotStored::VaryStar) },
+            Case {
+                name: "vary star",
+                req: &[],
+                status: 200,
+                res: &[("vary", "Accept, *")],
+                want: Err(NotStored::VaryStar),
+            },
             Case { name: "error status", req: &[], status: 500, res: &[], want: Err(NotStored::Status) },
         ];
         for c in cases {
@@ -321,12 +346,32 @@ mod tests {
         }
         let d = http_date(1000);
         let cases = [
-            Case { name: "s-maxage wins", res: vec![("cache-control", "max-age=10, s-maxage=20".into())], lifetime: 20 },
-            Case { name: "max-age over expires", res: vec![("cache-control", "max-age=10".into()), ("expires", http_date(1500)), ("date", d.clone())], lifetime: 10 },
-            Case { name: "expires minus date", res: vec![("expires", http_date(1300)), ("date", d.clone())], lifetime: 300 },
+            Case {
+                name: "s-maxage wins",
+                res: vec![("cache-control", "max-age=10, s-maxage=20".into())],
+                lifetime: 20,
+            },
+            Case {
+                name: "max-age over expires",
+                res: vec![("cache-control", "max-age=10".into()), ("expires", http_date(1500)), ("date", d.clone())],
+                lifetime: 10,
+            },
+            Case {
+                name: "expires minus date",
+                res: vec![("expires", http_date(1300)), ("date", d.clone())],
+                lifetime: 300,
+            },
             Case { name: "invalid expires is stale", res: vec![("expires", "0".into())], lifetime: 0 },
-            Case { name: "heuristic tenth", res: vec![("last-modified", http_date(0)), ("date", d.clone())], lifetime: 100 },
-            Case { name: "heuristic capped", res: vec![("last-modified", http_date(0)), ("date", http_date(10_000_000))], lifetime: 86_400 },
+            Case {
+                name: "heuristic tenth",
+                res: vec![("last-modified", http_date(0)), ("date", d.clone())],
+                lifetime: 100,
+            },
+            Case {
+                name: "heuristic capped",
+                res: vec![("last-modified", http_date(0)), ("date", http_date(10_000_000))],
+                lifetime: 86_400,
+            },
             Case { name: "nothing", res: vec![], lifetime: 0 },
         ];
         for c in cases {
@@ -385,7 +430,12 @@ mod tests {
 
     #[test]
     fn revalidation_prefers_etag_and_304_merges_headers() {
-        let stored = headers(&[("etag", "\"v1\""), ("last-modified", &http_date(0)), ("cache-control", "max-age=1"), ("content-length", "10")]);
+        let stored = headers(&[
+            ("etag", "\"v1\""),
+            ("last-modified", &http_date(0)),
+            ("cache-control", "max-age=1"),
+            ("content-length", "10"),
+        ]);
         let cond = revalidation_headers(&stored);
         assert_eq!(cond.get(header::IF_NONE_MATCH).unwrap(), "\"v1\"");
         assert!(!cond.contains_key(header::IF_MODIFIED_SINCE));

@@ -86,12 +86,32 @@ struct OriginMetrics {
 impl OriginMetrics {
     fn register(r: &mut Registry) -> Self {
         let m = OriginMetrics::default();
-        r.register("circus_origin_hits", "Requests answered from a stored object without asking the origin", m.hits.clone());
-        r.register("circus_origin_misses", "Requests for objects not stored (or not selected by Vary)", m.misses.clone());
-        r.register("circus_origin_revalidated", "Stored objects confirmed by a 304 from the origin", m.revalidated.clone());
-        r.register("circus_origin_relayed", "Requests relayed unstored (private, no-store, credentials)", m.relayed.clone());
+        r.register(
+            "circus_origin_hits",
+            "Requests answered from a stored object without asking the origin",
+            m.hits.clone(),
+        );
+        r.register(
+            "circus_origin_misses",
+            "Requests for objects not stored (or not selected by Vary)",
+            m.misses.clone(),
+        );
+        r.register(
+            "circus_origin_revalidated",
+            "Stored objects confirmed by a 304 from the origin",
+            m.revalidated.clone(),
+        );
+        r.register(
+            "circus_origin_relayed",
+            "Requests relayed unstored (private, no-store, credentials)",
+            m.relayed.clone(),
+        );
         r.register("circus_origin_requests", "Requests sent to the origin", m.origin_requests.clone());
-        r.register("circus_origin_fetched_bytes", "Body bytes received from the origin for storage", m.origin_bytes.clone());
+        r.register(
+            "circus_origin_fetched_bytes",
+            "Body bytes received from the origin for storage",
+            m.origin_bytes.clone(),
+        );
         r.register("circus_origin_errors", "Origin requests that failed or were cut short", m.origin_errors.clone());
         r.register("circus_origin_resident_bytes", "Bytes held by the origin tier's store", m.resident.clone());
         m
@@ -212,7 +232,9 @@ impl OriginTier {
         let response_time = SystemTime::now();
         let status = res.status();
         if status == StatusCode::NOT_MODIFIED {
-            let Some(s) = stale else { return Lookup::Failed("origin answered 304 to an unconditional request".into()) };
+            let Some(s) = stale else {
+                return Lookup::Failed("origin answered 304 to an unconditional request".into());
+            };
             self.metrics.revalidated.inc();
             let fresh = Arc::new(s.refreshed(res.headers(), request_time, response_time));
             self.store.put_object(target, fresh.clone());
@@ -227,11 +249,12 @@ impl OriginTier {
                 Some((0, last, size)) => (size, last),
                 _ => return Lookup::Failed("origin sent a Content-Range that does not start the object".into()),
             },
-            StatusCode::OK => match res.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok())
-            {
-                Some(size) => (size, u64::saturating_sub(size, 1)),
-                None => return Lookup::NotShared,
-            },
+            StatusCode::OK => {
+                match res.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok()) {
+                    Some(size) => (size, u64::saturating_sub(size, 1)),
+                    None => return Lookup::NotShared,
+                }
+            }
             // An empty object cannot satisfy bytes=0-N: ask for it plainly.
             StatusCode::RANGE_NOT_SATISFIABLE => return Lookup::NotShared,
             s => return Lookup::Status(s),
@@ -240,8 +263,16 @@ impl OriginTier {
             return Lookup::NotShared;
         }
         let version = self.next_version.fetch_add(1, Ordering::Relaxed);
-        let obj =
-            Arc::new(Object::new(target, version, size, self.block_size, h, res.headers(), request_time, response_time));
+        let obj = Arc::new(Object::new(
+            target,
+            version,
+            size,
+            self.block_size,
+            h,
+            res.headers(),
+            request_time,
+            response_time,
+        ));
         let layout = obj.layout;
         if layout.blocks() > 0 {
             let last = layout.block_of(last_byte).expect("in the object");
@@ -381,7 +412,10 @@ impl OriginTier {
         }
         if done.next < done.fetches.len() {
             let got = done.fetches[done.next].received();
-            return Err(format!("origin closed the body early (block {} has {got} bytes)", done.first as usize + done.next));
+            return Err(format!(
+                "origin closed the body early (block {} has {got} bytes)",
+                done.first as usize + done.next
+            ));
         }
         Ok(())
     }
