@@ -113,10 +113,7 @@ impl Server {
             .http1()
             .timer(TokioTimer::new())
             .header_read_timeout(self.cfg.header_timeout)
-            .max_buf_size(self.cfg.max_header_bytes.max(8192))
-            // Pipelined requests (small-object clients) get their responses
-            // in one write instead of one syscall each.
-            .pipeline_flush(true);
+            .max_buf_size(self.cfg.max_header_bytes.max(8192));
         builder.http2().max_header_list_size(self.cfg.max_header_bytes as u32);
         let graceful = GracefulShutdown::new();
         let slots = Arc::new(Semaphore::new(self.cfg.max_connections));
