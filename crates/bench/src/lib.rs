@@ -16,6 +16,8 @@
 //!   origin tier against nginx (issue 5).
 //! - `origin`: a crowd missing one large origin object; origin bytes over
 //!   the object size (issue 5).
+//! - `wpb`: a Wisconsin Proxy Benchmark-style cold phase and a phase with
+//!   recency-weighted repeats against a delayed origin (issue 5).
 //! - `slow`: thousands of connections that request a file and then read
 //!   nothing; server memory per connection beyond the cache budget.
 
@@ -28,6 +30,7 @@ mod origin;
 mod procs;
 mod report;
 mod slow;
+mod wpb;
 
 pub use report::{Report, Row};
 
@@ -74,9 +77,10 @@ pub async fn run(name: &str, opts: &BenchOptions, log: &mut (dyn FnMut(&str) + S
         "slow" => slow::run(opts, log).await,
         "lava" => lava::run(opts, log).await,
         "origin" => origin::run(opts, log).await,
-        other => {
-            Err(BenchError::Setup(format!("unknown scenario {other:?}: use amplification, hot, slow, lava or origin")))
-        }
+        "wpb" => wpb::run(opts, log).await,
+        other => Err(BenchError::Setup(format!(
+            "unknown scenario {other:?}: use amplification, hot, slow, lava, origin or wpb"
+        ))),
     }
 }
 

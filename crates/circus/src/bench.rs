@@ -11,7 +11,8 @@ pub struct BenchArgs {
     /// hot (50 downloads of a resident file, circus vs nginx),
     /// slow (thousands of idle downloads, memory per connection),
     /// lava (1 KiB / 10 KiB resident objects at the highest rate, origin tier vs nginx),
-    /// origin (a crowd missing one large origin object: origin bytes / size).
+    /// origin (a crowd missing one large origin object: origin bytes / size),
+    /// wpb (cold phase, then recency-weighted repeats, against a delayed origin).
     scenario: String,
     /// Test file size (default: 1GiB).
     #[arg(long)]
