@@ -113,7 +113,12 @@ impl Server {
             .http1()
             .timer(TokioTimer::new())
             .header_read_timeout(self.cfg.header_timeout)
-            .max_buf_size(self.cfg.max_header_bytes.max(8192));
+            .max_buf_size(self.cfg.max_header_bytes.max(8192))
+            // One write per batch of pipelined responses: the small-object
+            // hit path gains about half its req/s (lava bench, 0.58 -> 0.91 x
+            // nginx). Origin mode only: on the local path it kept 500 slow
+            // clients' downloads from starting (serve.rs memory test).
+            .pipeline_flush(self.cfg.origin.is_some());
         builder.http2().max_header_list_size(self.cfg.max_header_bytes as u32);
         let graceful = GracefulShutdown::new();
         let slots = Arc::new(Semaphore::new(self.cfg.max_connections));
