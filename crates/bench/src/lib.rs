@@ -16,12 +16,15 @@
 //!   origin tier against nginx (issue 5).
 //! - `origin`: a crowd missing one large origin object; origin bytes over
 //!   the object size (issue 5).
+//! - `boot`: Lava's boot scenario, scaled: clients arriving over a window
+//!   each fetch their own set of small objects; boot latency (issue 5).
 //! - `wpb`: a Wisconsin Proxy Benchmark-style cold phase and a phase with
 //!   recency-weighted repeats against a delayed origin (issue 5).
 //! - `slow`: thousands of connections that request a file and then read
 //!   nothing; server memory per connection beyond the cache budget.
 
 mod amplification;
+mod boot;
 mod hot;
 mod lava;
 mod loadgen;
@@ -78,8 +81,9 @@ pub async fn run(name: &str, opts: &BenchOptions, log: &mut (dyn FnMut(&str) + S
         "lava" => lava::run(opts, log).await,
         "origin" => origin::run(opts, log).await,
         "wpb" => wpb::run(opts, log).await,
+        "boot" => boot::run(opts, log).await,
         other => Err(BenchError::Setup(format!(
-            "unknown scenario {other:?}: use amplification, hot, slow, lava, origin or wpb"
+            "unknown scenario {other:?}: use amplification, hot, slow, lava, origin, wpb or boot"
         ))),
     }
 }

@@ -12,7 +12,8 @@ pub struct BenchArgs {
     /// slow (thousands of idle downloads, memory per connection),
     /// lava (1 KiB / 10 KiB resident objects at the highest rate, origin tier vs nginx),
     /// origin (a crowd missing one large origin object: origin bytes / size),
-    /// wpb (cold phase, then recency-weighted repeats, against a delayed origin).
+    /// wpb (cold phase, then recency-weighted repeats, against a delayed origin),
+    /// boot (Lava's boot scenario, scaled: boot latency mean and sd).
     scenario: String,
     /// Test file size (default: 1GiB).
     #[arg(long)]
@@ -39,7 +40,7 @@ pub struct BenchArgs {
 pub fn main(args: BenchArgs) -> anyhow::Result<()> {
     let default_clients = match args.scenario.as_str() {
         "slow" => 5000,
-        "origin" => 100,
+        "origin" | "boot" => 100,
         _ => 50,
     };
     let opts = circus_bench::BenchOptions {
