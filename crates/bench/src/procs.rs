@@ -104,6 +104,32 @@ impl ServerProc {
         Err(BenchError::Setup("nginx did not start listening within 5 s".into()))
     }
 
+    /// Varnish (Debian's varnishd) as a caching proxy in front of `origin`,
+    /// with `mem` bytes of malloc storage, its state under `work`.
+    pub fn varnish(origin: &str, work: &Path, mem: u64) -> Result<ServerProc, BenchError> {
+        let bin = Path::new("/usr/sbin/varnishd");
+        if !bin.exists() {
+            return Err(BenchError::Setup("varnishd is not installed: apt-get install varnish".into()));
+        }
+        let port = free_port()?;
+        let addr = format!("127.0.0.1:{port}");
+        let child = Command::new(bin)
+            .args(["-F", "-a", &addr, "-b", origin, "-s", &format!("malloc,{mem}")])
+            .arg("-n")
+            .arg(work.join(format!("varnish-{port}")))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(io_err("starting varnishd"))?;
+        for _ in 0..200 {
+            if TcpStream::connect(&addr).is_ok() {
+                return Ok(ServerProc { name: "varnish".into(), child, addr });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(BenchError::Setup("varnishd did not start listening within 10 s".into()))
+    }
+
     /// Resident memory of the process and its children (nginx workers).
     /// Resident memory of the process and its children, counting the pages
     /// of memfds they hold (circus's cache arena is one: its pages are sent
