@@ -30,6 +30,9 @@ struct Obj {
     /// After this many body bytes of this object in total, the origin dies
     /// for it: the current connection is cut and later requests are refused.
     die_after: Option<u64>,
+    /// After this many body bytes in total, the object is replaced by these
+    /// bytes under ETag "v2" (a new version published mid-transfer).
+    replaced_after: Option<(u64, Arc<Vec<u8>>)>,
 }
 
 #[derive(Default)]
@@ -99,23 +102,25 @@ fn serve_conn(
         if obj.die_after.is_some() && dead.load(Ordering::SeqCst) {
             return conn.shutdown(Shutdown::Both);
         }
-        let data: Vec<u8> = match obj.echo {
-            Some(h) => headers.get(h).cloned().unwrap_or_else(|| "none".into()).into_bytes(),
-            None => obj.data.to_vec(),
+        let replaced = obj.replaced_after.as_ref().filter(|(after, _)| c.body_bytes.load(Ordering::SeqCst) >= *after);
+        let (etag, data): (&str, Vec<u8>) = match (obj.echo, replaced) {
+            (Some(h), _) => (ETAG, headers.get(h).cloned().unwrap_or_else(|| "none".into()).into_bytes()),
+            (None, Some((_, new))) => ("\"v2\"", new.to_vec()),
+            (None, None) => (ETAG, obj.data.to_vec()),
         };
         let mut head = format!(
-            "cache-control: {}\r\netag: {ETAG}\r\nlast-modified: Mon, 01 Jan 2024 00:00:00 GMT\r\n",
+            "cache-control: {}\r\netag: {etag}\r\nlast-modified: Mon, 01 Jan 2024 00:00:00 GMT\r\n",
             obj.cache_control
         );
         for (n, v) in &obj.extra {
             head += &format!("{n}: {v}\r\n");
         }
-        if headers.get("if-none-match").map(String::as_str) == Some(ETAG) {
+        if headers.get("if-none-match").map(String::as_str) == Some(etag) {
             c.not_modified.fetch_add(1, Ordering::SeqCst);
             conn.write_all(format!("HTTP/1.1 304 Not Modified\r\n{head}\r\n").as_bytes())?;
             continue;
         }
-        if headers.get("if-match").is_some_and(|m| m != ETAG) {
+        if headers.get("if-match").is_some_and(|m| m != etag) {
             conn.write_all(b"HTTP/1.1 412 Precondition Failed\r\ncontent-length: 0\r\n\r\n")?;
             continue;
         }
@@ -303,6 +308,36 @@ fn an_origin_that_dies_mid_transfer_fails_every_waiter_and_no_body_looks_complet
     // Afterwards: an error status or a cut body, never a complete-looking one.
     let g = get(&t.addr, "/dies.bin", &[], Some(&data));
     assert!(!g.complete, "a request after the origin died looked complete: {g:?}");
+}
+
+#[test]
+fn an_object_replaced_mid_transfer_never_yields_a_body_mixing_two_versions() {
+    let size = 8 << 20;
+    let (v1, v2) = (pattern(size, 5), pattern(size, 6));
+    let obj = Obj {
+        data: v1.clone(),
+        cache_control: "max-age=600",
+        chunk_delay: Duration::from_millis(2),
+        replaced_after: Some((3 << 20, v2.clone())),
+        ..Obj::default()
+    };
+    let origin = start_origin(HashMap::from([("/obj.bin", obj)]));
+    let t = tier(&origin, &["--cache", "64MiB"]);
+    let clients: Vec<_> = (0..10)
+        .map(|_| {
+            let (addr, v1) = (t.addr.clone(), v1.clone());
+            thread::spawn(move || get(&addr, "/obj.bin", &[], Some(&v1)))
+        })
+        .collect();
+    for (i, c) in clients.into_iter().enumerate() {
+        let g = c.join().unwrap();
+        // Block fetches carry If-Match "v1": the origin answers 412 once it
+        // has v2, and the download is cut rather than continued with v2 bytes.
+        assert!(!g.complete, "client {i} got a complete body although the object changed under it");
+    }
+    // The next request learns the new version and gets it whole.
+    let g = get(&t.addr, "/obj.bin", &[], Some(&v2));
+    assert!(g.complete && g.headers.get("etag").map(String::as_str) == Some("\"v2\""), "{:?}", g.headers);
 }
 
 #[test]
