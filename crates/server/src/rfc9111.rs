@@ -35,15 +35,23 @@ impl CacheControl {
             };
             // A malformed number makes the response stale (§4.2.1), not fresh.
             let secs = || value.map(|v| v.parse::<u64>().unwrap_or(0));
-            match name.to_ascii_lowercase().as_str() {
-                "no-store" => cc.no_store = true,
-                "no-cache" => cc.no_cache = true,
-                "private" => cc.private = true,
-                "public" => cc.public = true,
-                "must-revalidate" | "proxy-revalidate" => cc.must_revalidate = true,
-                "max-age" => cc.max_age = secs(),
-                "s-maxage" => cc.s_maxage = secs(),
-                _ => {}
+            // Compared in place, not lowercased into a new String: this runs
+            // on the hit path for every request that carries Cache-Control.
+            let is = |d: &str| name.eq_ignore_ascii_case(d);
+            if is("no-store") {
+                cc.no_store = true;
+            } else if is("no-cache") {
+                cc.no_cache = true;
+            } else if is("private") {
+                cc.private = true;
+            } else if is("public") {
+                cc.public = true;
+            } else if is("must-revalidate") || is("proxy-revalidate") {
+                cc.must_revalidate = true;
+            } else if is("max-age") {
+                cc.max_age = secs();
+            } else if is("s-maxage") {
+                cc.s_maxage = secs();
             }
         }
         cc

@@ -175,6 +175,8 @@ impl OriginTier {
             return Err(HttpError::BadRequest("request target must be a path"));
         }
         let h = req.headers();
+        // The hit path below allocates nothing but the response: lookups
+        // borrow the target, Vary values are compared in place.
         if CacheControl::parse(h).no_store || h.contains_key(header::AUTHORIZATION) {
             return self.relay(target, h, head).await;
         }
