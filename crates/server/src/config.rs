@@ -170,6 +170,18 @@ mod tests {
         assert!(FileConfig::parse("cahce = \"1GiB\"").unwrap_err().to_string().contains("unknown field"));
         let bad = FileConfig::parse("block = \"huge\"").unwrap_err();
         assert!(bad.to_string().contains("huge"), "{bad}");
+        let mut o = ServeConfig::new("/srv".into());
+        FileConfig::parse(
+            "origin = \"http://127.0.0.1:9000/files\"\norigin_block = \"256KiB\"\norigin_timeout_secs = 5\n",
+        )
+        .unwrap()
+        .apply(&mut o)
+        .unwrap();
+        let origin = o.origin.unwrap();
+        assert_eq!((origin.url.to_string().as_str(), origin.block_size), ("http://127.0.0.1:9000/files", 256 << 10));
+        assert_eq!(origin.timeout, Duration::from_secs(5));
+        let https = FileConfig::parse("origin = \"https://x/\"").unwrap().apply(&mut ServeConfig::new("/".into()));
+        assert!(https.unwrap_err().to_string().contains("http://host:port/"));
         let bytes = FileConfig::parse("cache = 1048576").unwrap();
         assert_eq!(bytes.cache, Some(ByteSize(1 << 20)));
     }
