@@ -157,7 +157,7 @@ impl OriginTier {
     pub fn new(cfg: &OriginConfig, budget: u64, registry: &mut Registry) -> Self {
         OriginTier {
             client: OriginClient::new(&cfg.url, cfg.timeout),
-            store: Store::new(budget, 16 * 1024),
+            store: Store::new(budget, 16 * 1024, u64::from(cfg.block_size)),
             inflight: Mutex::default(),
             lookups: Mutex::default(),
             next_version: AtomicU64::new(1),

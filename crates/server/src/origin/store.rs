@@ -6,7 +6,10 @@
 
 use super::object::Object;
 use bytes::Bytes;
-use quick_cache::{Equivalent, Weighter, sync::Cache};
+use quick_cache::{
+    DefaultHashBuilder, Equivalent, OptionsBuilder, Weighter,
+    sync::{Cache, DefaultLifecycle},
+};
 use std::sync::Arc;
 
 /// Charged per object description on top of its header bytes: the
@@ -71,10 +74,23 @@ impl std::fmt::Debug for Store {
 }
 
 impl Store {
-    /// `budget` bytes; `typical_entry` sizes the table.
-    pub fn new(budget: u64, typical_entry: u64) -> Self {
+    /// `budget` bytes; `typical_entry` sizes the table; entries up to
+    /// `largest` bytes (a block) must fit.
+    pub fn new(budget: u64, typical_entry: u64, largest: u64) -> Self {
         let items = (budget / typical_entry.max(1)).clamp(64, 1 << 24) as usize;
-        Store { cache: Cache::with_weighter(items, budget, ByBytes), budget }
+        // quick_cache splits the budget into shards and silently refuses an
+        // entry heavier than a shard: keep room for 16 of the largest per
+        // shard, so that a small budget means fewer shards, not no caching.
+        let shards = (budget / (16 * largest.max(1))).clamp(1, 32).next_power_of_two() as usize;
+        let shards = if shards as u64 * 16 * largest > budget { (shards / 2).max(1) } else { shards };
+        let options = OptionsBuilder::new()
+            .estimated_items_capacity(items)
+            .weight_capacity(budget)
+            .shards(shards)
+            .build()
+            .expect("capacity and items are set");
+        let cache = Cache::with_options(options, ByBytes, DefaultHashBuilder::default(), DefaultLifecycle::default());
+        Store { cache, budget }
     }
 
     pub fn object(&self, target: &str) -> Option<Arc<Object>> {
@@ -120,7 +136,7 @@ mod tests {
 
     #[test]
     fn blocks_stay_within_the_budget_and_borrowed_keys_find_entries() {
-        let store = Store::new(1 << 20, 4096);
+        let store = Store::new(1 << 20, 4096, 4096);
         for b in 0..1000 {
             store.put_block(1, b, Bytes::from(vec![0u8; 4096]));
         }
@@ -129,5 +145,14 @@ mod tests {
         assert_eq!(store.block(2, 0).unwrap(), "x");
         assert!(store.has_block(2, 0));
         assert!(store.object("/nothing").is_none());
+    }
+
+    #[test]
+    fn a_small_budget_still_holds_large_blocks() {
+        // 4 MiB of 1 MiB blocks: with the default 4 shards per core a shard
+        // would hold less than one block and nothing would be cached.
+        let store = Store::new(4 << 20, 16 << 10, 1 << 20);
+        store.put_block(1, 0, Bytes::from(vec![0u8; 1 << 20]));
+        assert!(store.has_block(1, 0), "a block within the budget was refused");
     }
 }
