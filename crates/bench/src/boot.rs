@@ -94,7 +94,8 @@ pub async fn run(opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Res
     // descriptor open per file it has served and ran out at this many files
     // (see docs/results/cache.md). Once the tier is warm it asks nothing of it.
     let nginx = ServerProc::nginx(&dir, &opts.work, false)?;
-    let cache = ((opts.clients * SET * (OBJECT + 2048)) as u64).max(opts.cache);
+    // Room for every object in the store, which gets 7/8 of the budget.
+    let cache = ((opts.clients * SET * (OBJECT + 2048)) as u64 * 5 / 4).max(opts.cache);
     let mut args = vec!["--origin".to_owned(), format!("http://{}/", nginx.addr), "--cache".into(), cache.to_string()];
     args.extend(opts.server_args.iter().cloned());
     let tier = ServerProc::circus_serve(&opts.circus, "circus-origin-tier", &args)?;

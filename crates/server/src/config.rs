@@ -149,6 +149,7 @@ impl FileConfig {
             }
             set(&mut o.readahead, self.origin_readahead);
             set(&mut o.timeout, self.origin_timeout_secs.map(Duration::from_secs));
+            crate::origin::split_budget(o, cfg.sched.cache_bytes).map_err(ConfigError::Origin)?;
         }
         cfg.sched.validate()?;
         Ok(())
@@ -180,6 +181,10 @@ mod tests {
         let origin = o.origin.unwrap();
         assert_eq!((origin.url.to_string().as_str(), origin.block_size), ("http://127.0.0.1:9000/files", 256 << 10));
         assert_eq!(origin.timeout, Duration::from_secs(5));
+        let tiny = FileConfig::parse("origin = \"http://x/\"\ncache = \"4MiB\"")
+            .unwrap()
+            .apply(&mut ServeConfig::new("/".into()));
+        assert!(tiny.unwrap_err().to_string().contains("give --cache 10485760 or more"));
         let https = FileConfig::parse("origin = \"https://x/\"").unwrap().apply(&mut ServeConfig::new("/".into()));
         assert!(https.unwrap_err().to_string().contains("http://host:port/"));
         let bytes = FileConfig::parse("cache = 1048576").unwrap();

@@ -149,15 +149,40 @@ pub struct OriginTier {
     block_size: u32,
     readahead: u32,
     slots: Arc<Semaphore>,
+    /// Bytes (in KiB permits) of fetches in flight: their buffers are held
+    /// outside the store, so this share of the budget is set apart for them.
+    fetch_kib: Arc<Semaphore>,
+    fetch_kib_total: u32,
     metrics: OriginMetrics,
 }
 
+/// How `budget` is split: the share for fetches in flight (at least one
+/// read-ahead window) and the rest for the store.
+pub fn split_budget(cfg: &OriginConfig, budget: u64) -> Result<(u64, u64), String> {
+    let window = u64::from(cfg.readahead + 1) * u64::from(cfg.block_size);
+    let fetching = (budget / 8).max(window);
+    if budget < 2 * window {
+        return Err(format!(
+            "a cache of {budget} bytes is too small for origin blocks of {} bytes with {} of read-ahead: give --cache {} or more, or a smaller --origin-block",
+            cfg.block_size,
+            cfg.readahead,
+            2 * window
+        ));
+    }
+    Ok((fetching, budget - fetching))
+}
+
 impl OriginTier {
-    /// `budget` bytes of memory for descriptions and blocks.
+    /// `budget` bytes of memory for descriptions, blocks and fetches in
+    /// flight (checked by the config: see [`split_budget`]).
     pub fn new(cfg: &OriginConfig, budget: u64, registry: &mut Registry) -> Self {
+        let (fetching, stored) = split_budget(cfg, budget).unwrap_or((budget / 2, budget / 2));
+        let fetch_kib_total = u32::try_from(fetching / 1024).unwrap_or(u32::MAX).max(1);
         OriginTier {
             client: OriginClient::new(&cfg.url, cfg.timeout),
-            store: Store::new(budget, 16 * 1024, u64::from(cfg.block_size)),
+            store: Store::new(stored, 16 * 1024, u64::from(cfg.block_size)),
+            fetch_kib: Arc::new(Semaphore::new(fetch_kib_total as usize)),
+            fetch_kib_total,
             inflight: Mutex::default(),
             lookups: Mutex::default(),
             next_version: AtomicU64::new(1),
@@ -376,6 +401,10 @@ impl OriginTier {
         let layout = obj.layout;
         let last = done.first + done.fetches.len() as u32 - 1;
         let (start, end) = (layout.offset(done.first), layout.offset(last) + u64::from(layout.block_len(last)) - 1);
+        // An origin that ignores Range sends a whole object in one fetch:
+        // it takes the whole share rather than wait for more than exists.
+        let kib = u32::try_from((end - start + 1).div_ceil(1024)).unwrap_or(u32::MAX).min(self.fetch_kib_total);
+        let _bytes = self.fetch_kib.acquire_many(kib).await.map_err(|e| e.to_string())?;
         let _slot = self.slots.acquire().await.map_err(|e| e.to_string())?;
         let res = match res {
             Some(res) => res,
