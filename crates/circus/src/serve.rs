@@ -115,6 +115,7 @@ impl ServeArgs {
 
 pub fn main(args: ServeArgs) -> anyhow::Result<()> {
     let cfg = args.config()?;
+    raise_open_file_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
         let server = Server::bind(cfg.clone()).await.with_context(|| format!("cannot listen on {}", cfg.listen))?;
@@ -132,5 +133,20 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {},
         _ = term.recv() => {},
+    }
+}
+
+/// Each connection and each open file version takes a descriptor; the usual
+/// soft limit (1024) would cap the server far below `--max-connections`.
+/// Raise it to the hard limit, as nginx's `worker_rlimit_nofile` would.
+fn raise_open_file_limit() {
+    match rlimit::Resource::NOFILE.get() {
+        Ok((soft, hard)) if soft < hard => {
+            if let Err(e) = rlimit::Resource::NOFILE.set(hard, hard) {
+                tracing::warn!(error = %e, soft, "cannot raise the open-file limit");
+            }
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot read the open-file limit"),
     }
 }

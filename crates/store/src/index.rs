@@ -163,7 +163,12 @@ impl FileIndex {
         out.extend_from_slice(&self.sha256);
         out.extend_from_slice(&self.root);
         self.leaves.iter().for_each(|l| out.extend_from_slice(l));
-        let tmp = dir.join(format!(".tmp-{}-{}", std::process::id(), hex::encode(&self.root[..8])));
+        // Unique per writer: two builds of one file in one process (a new
+        // version seen while the old one is still being indexed) must not
+        // rename each other's temporary file away.
+        static WRITERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let writer = WRITERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = dir.join(format!(".tmp-{}-{writer}-{}", std::process::id(), hex::encode(&self.root[..8])));
         let mut f = File::create(&tmp).map_err(err)?;
         f.write_all(&out).and_then(|_| f.sync_all()).map_err(err)?;
         fs::rename(&tmp, path).map_err(err)
