@@ -27,7 +27,7 @@ mod amplification;
 mod boot;
 mod hot;
 mod lava;
-mod loadgen;
+pub mod loadgen;
 mod native_client;
 mod origin;
 mod procs;
