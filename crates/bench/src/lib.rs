@@ -22,20 +22,52 @@
 //!   recency-weighted repeats against a delayed origin (issue 5).
 //! - `slow`: thousands of connections that request a file and then read
 //!   nothing; server memory per connection beyond the cache budget.
+//!
+//! The paper's experiments (issue 4), in [`experiment`] with the scenarios
+//! in [`scenarios`]: every server of a comparison reads through one emulated
+//! disk ([`fusedisk`], a FUSE mount over the pure [`disk`] model) and sends
+//! over the same emulated links ([`netem`]: netns, veth, HTB per client).
 
 mod amplification;
 mod boot;
+pub mod delay;
+pub mod disk;
+pub mod experiment;
+pub mod fusedisk;
 mod hot;
 mod lava;
 pub mod loadgen;
 mod native_client;
+pub mod netem;
 mod origin;
+pub mod output;
 mod procs;
 mod report;
+pub mod scenarios;
 mod slow;
 mod wpb;
 
 pub use report::{Report, Row};
+
+/// Runs one of the paper's scenarios, bounded in time (twice its planned
+/// duration plus a minute) and stopped cleanly on Ctrl-C: servers, mounts
+/// and namespaces are removed on every path out.
+pub async fn run_experiment(
+    scenario: &scenarios::Scenario,
+    opts: &experiment::ExperimentOptions,
+    log: &mut (dyn FnMut(&str) + Send),
+) -> Result<Vec<serde_json::Map<String, serde_json::Value>>, BenchError> {
+    std::fs::create_dir_all(&opts.work).map_err(io_err(format!("creating {}", opts.work.display())))?;
+    let planned: f64 =
+        scenario.points.iter().map(|p| (p.warmup_s + p.measure_s + 10.0) * scenario.servers.len() as f64).sum();
+    let limit = std::time::Duration::from_secs_f64(2.0 * planned + 60.0);
+    tokio::select! {
+        r = tokio::time::timeout(limit, experiment::run(scenario, opts, log)) => {
+            r.map_err(|_| BenchError::Setup(format!("{} took longer than {} s: see the logs under {}", scenario.name, limit.as_secs(), opts.work.display())))?
+        }
+        _ = tokio::signal::ctrl_c() => Err(BenchError::Setup("interrupted: servers, mounts and namespaces removed".into())),
+    }
+}
 
 use std::path::PathBuf;
 
@@ -83,7 +115,8 @@ pub async fn run(name: &str, opts: &BenchOptions, log: &mut (dyn FnMut(&str) + S
         "wpb" => wpb::run(opts, log).await,
         "boot" => boot::run(opts, log).await,
         other => Err(BenchError::Setup(format!(
-            "unknown scenario {other:?}: use amplification, hot, slow, lava, origin, wpb or boot"
+            "unknown scenario {other:?}: use amplification, hot, slow, lava, origin, wpb, boot or one of {}",
+            scenarios::NAMES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
         ))),
     }
 }

@@ -7,8 +7,15 @@ use bytes::{Bytes, BytesMut};
 use circus_proto::{CONTENT_TYPE, Decoder, Frame};
 use http::Request;
 use http_body_util::{BodyExt, Empty};
-use hyper_util::{client::legacy::Client, rt::TokioExecutor};
-use std::time::{Duration, Instant};
+use hyper_util::{
+    client::legacy::{Client, connect::HttpConnector},
+    rt::TokioExecutor,
+};
+use std::{
+    net::IpAddr,
+    sync::atomic::{AtomicU64, Ordering},
+    time::{Duration, Instant},
+};
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Outcome {
@@ -17,11 +24,37 @@ pub struct Outcome {
     pub seconds: f64,
 }
 
+/// How a download connects and what it reports while it runs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options<'a> {
+    /// Client-side throttling, bytes per second (when links are not emulated).
+    pub rate: Option<f64>,
+    /// Source address (one per emulated client link).
+    pub local: Option<IpAddr>,
+    /// Every body byte received is added here as it arrives.
+    pub counter: Option<&'a AtomicU64>,
+    /// A plain HTTP GET (any server) instead of the native block stream.
+    pub plain: bool,
+}
+
 /// Downloads `url` natively at up to `rate` bytes/s; fails on any block
 /// that does not verify or a stream that ends before END.
 pub async fn download(url: &str, rate: Option<f64>) -> Result<Outcome, String> {
-    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
-    let req = Request::get(url).header("accept", CONTENT_TYPE).body(Empty::new()).map_err(|e| e.to_string())?;
+    download_with(url, Options { rate, ..Options::default() }).await
+}
+
+/// [`download`] with a source address, a live byte counter, or plain HTTP.
+pub async fn download_with(url: &str, opts: Options<'_>) -> Result<Outcome, String> {
+    let mut connector = HttpConnector::new();
+    connector.set_local_address(opts.local);
+    connector.set_nodelay(true);
+    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
+    let mut req = Request::get(url);
+    if !opts.plain {
+        req = req.header("accept", CONTENT_TYPE);
+    }
+    let req = req.body(Empty::new()).map_err(|e| e.to_string())?;
+    let rate = opts.rate;
     let start = Instant::now();
     let res = client.request(req).await.map_err(|e| e.to_string())?;
     if !res.status().is_success() {
@@ -33,6 +66,13 @@ pub async fn download(url: &str, rate: Option<f64>) -> Result<Outcome, String> {
     while let Some(frame) = body.frame().await {
         let chunk = frame.map_err(|e| e.to_string())?.into_data().unwrap_or_default();
         out.bytes += chunk.len() as u64;
+        if let Some(c) = opts.counter {
+            c.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        }
+        if opts.plain {
+            throttle(rate, out.bytes, start).await;
+            continue;
+        }
         buf.extend_from_slice(&chunk);
         while let Some(f) = decoder.decode(&mut buf).map_err(|e| e.to_string())? {
             match f {
@@ -50,15 +90,23 @@ pub async fn download(url: &str, rate: Option<f64>) -> Result<Outcome, String> {
                 Frame::Unknown { .. } => {}
             }
         }
-        if let Some(rate) = rate {
-            // Sleep until the bytes so far fit the rate: a token bucket
-            // with the whole download as its window.
-            let due = Duration::from_secs_f64(out.bytes as f64 / rate);
-            let elapsed = start.elapsed();
-            if due > elapsed {
-                tokio::time::sleep(due - elapsed).await;
-            }
-        }
+        throttle(rate, out.bytes, start).await;
+    }
+    if opts.plain {
+        out.seconds = start.elapsed().as_secs_f64();
+        return Ok(out);
     }
     Err("stream ended before END".into())
+}
+
+/// Sleeps until the bytes so far fit the rate: a token bucket with the
+/// whole download as its window.
+async fn throttle(rate: Option<f64>, bytes: u64, start: Instant) {
+    if let Some(rate) = rate {
+        let due = Duration::from_secs_f64(bytes as f64 / rate);
+        let elapsed = start.elapsed();
+        if due > elapsed {
+            tokio::time::sleep(due - elapsed).await;
+        }
+    }
 }

@@ -1,29 +1,66 @@
 //! `circus bench SCENARIO`: real servers, real sockets; JSON or a table.
 
 use anyhow::Context;
+use circus_bench::{
+    disk::DiskParams,
+    experiment::{DiskMode, ExperimentOptions, LinkMode},
+    scenarios::{self, Server},
+};
 use circus_core::ByteSize;
-use clap::Args;
+use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// amplification (50 mixed-speed native clients, storage bytes read),
+    /// The paper's experiments on an emulated disk and links: mixed40 (the
+    /// target: circus, sequential, nginx sendfile and directio), cohort40,
+    /// quick, load, delay-loss, file-size, files, block-size, queue,
+    /// threshold, leapfront.
+    /// Others: amplification (50 mixed-speed native clients, storage bytes read),
     /// hot (50 downloads of a resident file, circus vs nginx),
     /// slow (thousands of idle downloads, memory per connection),
     /// lava (1 KiB / 10 KiB resident objects at the highest rate, origin tier vs nginx),
     /// origin (a crowd missing one large origin object: origin bytes / size),
     /// wpb (cold phase, then recency-weighted repeats, against a delayed origin),
     /// boot (Lava's boot scenario, scaled: boot latency mean and sd).
-    scenario: String,
-    /// Test file size (default: 1GiB).
+    #[arg(required_unless_present = "quick")]
+    scenario: Option<String>,
+    /// The CI smoke run (the `quick` scenario, under 2 minutes).
+    #[arg(long)]
+    quick: bool,
+    /// Test file size (amplification, hot, slow: default 1GiB; the paper's
+    /// scenarios: overrides every point's).
     #[arg(long)]
     file_size: Option<ByteSize>,
-    /// Clients or connections (default: 50, or 5000 for slow).
+    /// Clients or connections (amplification, hot, slow; default: 50, or 5000 for slow).
     #[arg(long)]
     clients: Option<usize>,
-    /// Server cache budget (default: 64MiB).
-    #[arg(long, default_value = "64MiB")]
-    cache: ByteSize,
+    /// Server cache budget (amplification, hot, slow: default 64MiB; the
+    /// paper's scenarios: overrides every point's, and bounds the page cache
+    /// of buffered readers of the emulated disk alike).
+    #[arg(long)]
+    cache: Option<ByteSize>,
+    /// How client links are emulated (default: kernel when root, else client).
+    #[arg(long, value_enum)]
+    links: Option<Links>,
+    /// What the servers read from: the shared FUSE disk model, or the real disk.
+    #[arg(long, value_enum, default_value = "model")]
+    disk: Disk,
+    /// Disk model: positioning time of a non-contiguous read.
+    #[arg(long, default_value = "5ms")]
+    disk_positioning: humantime::Duration,
+    /// Disk model: media rate in bytes per second.
+    #[arg(long, default_value_t = 50e6)]
+    disk_rate: f64,
+    /// Only these servers (comma separated: circus,sequential,nginx-sendfile,nginx-directio).
+    #[arg(long, value_delimiter = ',')]
+    servers: Vec<String>,
+    /// Skip the simulator's prediction beside circus and sequential rows.
+    #[arg(long)]
+    no_sim: bool,
+    /// Where JSON, CSV and SVG go (default: WORK/results).
+    #[arg(long)]
+    out: Option<PathBuf>,
     /// Scratch directory (test files are kept there for reruns).
     #[arg(long, default_value = "/tmp/circus-bench")]
     work: PathBuf,
@@ -32,30 +69,90 @@ pub struct BenchArgs {
     /// Extra flag for the circus servers started, e.g. --server-arg=--leapfront=2 (repeatable).
     #[arg(long = "server-arg", allow_hyphen_values = true)]
     server_args: Vec<String>,
-    /// Print JSON instead of a table.
+    /// Print JSON (one object per server and point) instead of a table.
     #[arg(long)]
     json: bool,
 }
 
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Links {
+    Kernel,
+    Client,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Disk {
+    Model,
+    Real,
+}
+
 pub fn main(args: BenchArgs) -> anyhow::Result<()> {
-    let default_clients = match args.scenario.as_str() {
+    let name = if args.quick { "quick".to_string() } else { args.scenario.clone().unwrap_or_default() };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let circus = std::env::current_exe().context("locating the circus binary")?;
+    if let Some(mut scenario) = scenarios::scenario(&name) {
+        for p in &mut scenario.points {
+            p.cache = args.cache.map_or(p.cache, |c| c.0);
+            p.file_size = args.file_size.map_or(p.file_size, |f| f.0);
+        }
+        let only = args
+            .servers
+            .iter()
+            .map(|s| {
+                Server::ALL.into_iter().find(|k| k.name() == s).with_context(|| {
+                    format!("unknown server {s:?}: use circus, sequential, nginx-sendfile or nginx-directio")
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let opts = ExperimentOptions {
+            circus,
+            work: args.work.clone(),
+            links: args.links.map(|l| match l {
+                Links::Kernel => LinkMode::Kernel,
+                Links::Client => LinkMode::ClientThrottle,
+            }),
+            disk: match args.disk {
+                Disk::Model => DiskMode::Model,
+                Disk::Real => DiskMode::Real,
+            },
+            disk_params: DiskParams { positioning_s: args.disk_positioning.as_secs_f64(), rate: args.disk_rate },
+            seed: args.seed,
+            server_args: args.server_args.clone(),
+            only,
+            sim: !args.no_sim,
+        };
+        let rows = runtime
+            .block_on(circus_bench::run_experiment(&scenario, &opts, &mut |line| eprintln!("{line}")))
+            .with_context(|| format!("bench {name}"))?;
+        let out = args.out.clone().unwrap_or_else(|| args.work.join("results"));
+        circus_bench::output::write_all(&out, &scenario, &rows)?;
+        eprintln!("wrote {name}.json, {name}.csv and {name}.svg to {}", out.display());
+        if args.json {
+            print!("{}", circus_bench::output::json_lines(&rows));
+        } else {
+            for row in &rows {
+                println!("{}", circus_bench::experiment::summary(row));
+            }
+        }
+        return Ok(());
+    }
+    let default_clients = match name.as_str() {
         "slow" => 5000,
         "origin" | "boot" => 100,
         _ => 50,
     };
     let opts = circus_bench::BenchOptions {
-        circus: std::env::current_exe().context("locating the circus binary")?,
+        circus,
         work: args.work.clone(),
         file_size: args.file_size.map_or(1 << 30, |s| s.0),
         clients: args.clients.unwrap_or(default_clients),
-        cache: args.cache.0,
+        cache: args.cache.map_or(64 << 20, |c| c.0),
         seed: args.seed,
         server_args: args.server_args.clone(),
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let report = runtime
-        .block_on(circus_bench::run(&args.scenario, &opts, &mut |line| eprintln!("{line}")))
-        .with_context(|| format!("bench {}", args.scenario))?;
+        .block_on(circus_bench::run(&name, &opts, &mut |line| eprintln!("{line}")))
+        .with_context(|| format!("bench {name}"))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

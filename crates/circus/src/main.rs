@@ -41,7 +41,9 @@ fn main() {
         std::process::exit(code)
     });
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("CIRCUS_LOG").unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("CIRCUS_LOG").unwrap_or_else(|_| "info,fuser=warn".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {

@@ -1,0 +1,377 @@
+//! Link emulation in the kernel: a network namespace for the servers, a
+//! veth pair to the root namespace where the clients live, one address per
+//! emulated client, and HTB on the server's side of the veth: a parent
+//! class at the server link capacity and one child class per client
+//! address at that client's link rate (u32 filter on the destination).
+//!
+//! netem is not built on these kernels (docs: /work/shared/research/env.md),
+//! so random loss is an iptables `statistic` rule on the receiving (client)
+//! side, and added delay an NFQUEUE rule feeding the Rust delay line of
+//! [`crate::delay`]. With either, segmentation offloads are switched off on
+//! both veth ends so that a dropped or delayed packet is one MTU-sized
+//! segment, not a 64 KiB super-packet. The servers' congestion
+//! control is pinned to reno in their namespace (the machine default is
+//! BBR; the paper's FreeBSD 4.5 ran NewReno, and a namespace may only pick
+//! from `tcp_allowed_congestion_control`, which holds reno and bbr here). Everything is created with names unique to the run and removed on
+//! drop; namespaces left by a killed run are removed by the next one.
+//!
+//! The command lists are built by pure functions ([`NetPlan`]) so they can be
+//! unit-tested; [`Network::up`] runs them with `ip -batch` and `tc -batch`.
+
+use crate::{BenchError, io_err};
+use std::{
+    net::Ipv4Addr,
+    process::{Command, Stdio},
+};
+
+/// Prefix of everything this module creates (namespaces, interfaces).
+const PREFIX: &str = "cbn";
+
+/// What to build: rates in bits per second.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NetPlan {
+    /// Unique per run, e.g. the bench's pid.
+    pub id: u32,
+    /// Second octet of the 10.x.0.0/16 subnet used.
+    pub subnet: u8,
+    pub server_link_bps: f64,
+    /// One pool of client addresses per link class, `per_class` each.
+    pub class_bps: Vec<f64>,
+    pub per_class: usize,
+    /// Random loss probability on the server-to-client path.
+    pub loss: f64,
+    /// Delay added to the server-to-client path, seconds (= added RTT).
+    pub delay_s: f64,
+}
+
+impl NetPlan {
+    pub fn namespace(&self) -> String {
+        format!("{PREFIX}{}", self.id)
+    }
+
+    /// Server end (inside the namespace) and client end (root namespace).
+    pub fn veths(&self) -> (String, String) {
+        (format!("{PREFIX}{}s", self.id), format!("{PREFIX}{}c", self.id))
+    }
+
+    pub fn server_ip(&self) -> Ipv4Addr {
+        Ipv4Addr::new(10, self.subnet, 0, 1)
+    }
+
+    /// Address `i` of class `class`'s pool.
+    pub fn client_ip(&self, class: usize, i: usize) -> Ipv4Addr {
+        Ipv4Addr::new(10, self.subnet, 1 + class as u8, 1 + i as u8)
+    }
+
+    /// An address with no client class (warm-up, metrics): only the server link limits it.
+    pub fn control_ip(&self) -> Ipv4Addr {
+        Ipv4Addr::new(10, self.subnet, 250, 1)
+    }
+
+    fn clients(&self) -> impl Iterator<Item = (usize, Ipv4Addr, f64)> + '_ {
+        self.class_bps
+            .iter()
+            .enumerate()
+            .flat_map(move |(c, &bps)| (0..self.per_class).map(move |i| (c, self.client_ip(c, i), bps)))
+            .enumerate()
+            .map(|(n, (_, ip, bps))| (n, ip, bps))
+    }
+
+    /// `ip -batch` lines run in the root namespace.
+    pub fn ip_batch(&self) -> String {
+        let ns = self.namespace();
+        let (vs, vc) = self.veths();
+        let mut out = format!(
+            "netns add {ns}\nlink add {vc} type veth peer name {vs}\nlink set {vs} netns {ns}\naddr add {}/16 dev {vc}\n",
+            self.control_ip(),
+        );
+        for (_, ip, _) in self.clients() {
+            out.push_str(&format!("addr add {ip}/16 dev {vc}\n"));
+        }
+        out.push_str(&format!("link set {vc} up\n"));
+        out
+    }
+
+    /// `ip -n NAMESPACE -batch` lines: the server's end.
+    pub fn ns_ip_batch(&self) -> String {
+        let (vs, _) = self.veths();
+        format!("addr add {}/16 dev {vs}\nlink set {vs} up\nlink set lo up\n", self.server_ip())
+    }
+
+    /// `tc -batch` lines run inside the server namespace.
+    pub fn tc_batch(&self) -> String {
+        let (vs, _) = self.veths();
+        let link = self.server_link_bps.round() as u64;
+        let mut out = format!(
+            "qdisc add dev {vs} root handle 1: htb default 2\n\
+             class add dev {vs} parent 1: classid 1:1 htb rate {link}bit ceil {link}bit\n\
+             class add dev {vs} parent 1:1 classid 1:2 htb rate 1mbit ceil {link}bit\n"
+        );
+        for (n, ip, bps) in self.clients() {
+            let class = format!("1:{:x}", 0x10 + n);
+            let bps = bps.round() as u64;
+            out.push_str(&format!(
+                "class add dev {vs} parent 1:1 classid {class} htb rate {bps}bit ceil {bps}bit\n\
+                 filter add dev {vs} parent 1: protocol ip prio 1 u32 match ip dst {ip}/32 flowid {class}\n"
+            ));
+        }
+        out
+    }
+
+    /// The NFQUEUE number of the delay line.
+    pub fn queue(&self) -> u16 {
+        1000 + (self.id % 60_000) as u16
+    }
+
+    /// iptables rules (table, chain, match and target) on the clients' side.
+    pub fn iptables_rules(&self) -> Vec<Vec<String>> {
+        let (_, vc) = self.veths();
+        // The control address (warm-up downloads, metrics) is exempt: a
+        // 32 MiB warm-up at 10% loss and 75 ms would take minutes.
+        let control = self.control_ip().to_string();
+        let tag = ["!", "-d", &control, "-m", "comment", "--comment", &self.namespace()].map(String::from);
+        let mut rules = Vec::new();
+        if self.delay_s > 0.0 {
+            let mut r: Vec<String> = ["-t", "mangle", "PREROUTING", "-i", &vc].map(String::from).to_vec();
+            r.extend(tag.iter().cloned());
+            r.extend(["-j", "NFQUEUE", "--queue-num", &self.queue().to_string(), "--queue-bypass"].map(String::from));
+            rules.push(r);
+        }
+        if self.loss > 0.0 {
+            let mut r: Vec<String> = ["-t", "filter", "INPUT", "-i", &vc].map(String::from).to_vec();
+            r.extend(tag.iter().cloned());
+            r.extend(
+                ["-m", "statistic", "--mode", "random", "--probability", &self.loss.to_string(), "-j", "DROP"]
+                    .map(String::from),
+            );
+            rules.push(r);
+        }
+        rules
+    }
+
+    /// `iptables -w -t TABLE {-A|-D} CHAIN ...` for one rule.
+    pub fn iptables_argv(rule: &[String], add: bool) -> Vec<String> {
+        let mut argv = vec!["iptables".to_string(), "-w".into(), rule[0].clone(), rule[1].clone()];
+        argv.push(if add { "-A" } else { "-D" }.into());
+        argv.extend(rule[2..].iter().cloned());
+        argv
+    }
+
+    /// Argument vectors that wrap a command to run inside the server namespace.
+    pub fn exec_in(&self) -> Vec<String> {
+        vec!["ip".into(), "netns".into(), "exec".into(), self.namespace()]
+    }
+}
+
+/// The emulated network of one run; removed when dropped.
+#[derive(Debug)]
+pub struct Network {
+    pub plan: NetPlan,
+    rules: Vec<Vec<String>>,
+    delay: Option<crate::delay::DelayLine>,
+}
+
+impl Network {
+    /// Builds the namespace, veth, addresses and HTB classes of `plan`.
+    pub fn up(plan: NetPlan) -> Result<Network, BenchError> {
+        remove_stale();
+        // From here on, drop removes whatever part was built.
+        let mut net = Network { plan, rules: Vec::new(), delay: None };
+        run_batch(&["ip", "-batch", "-"], &net.plan.ip_batch())?;
+        run_batch(&["ip", "-n", &net.plan.namespace(), "-batch", "-"], &net.plan.ns_ip_batch())?;
+        let mut tc = net.plan.exec_in();
+        tc.extend(["tc".into(), "-batch".into(), "-".into()]);
+        let tc: Vec<&str> = tc.iter().map(String::as_str).collect();
+        run_batch(&tc, &net.plan.tc_batch())?;
+        let mut cc = net.plan.exec_in();
+        cc.extend(["sysctl".into(), "-qw".into(), "net.ipv4.tcp_congestion_control=reno".into()]);
+        run(&cc)?;
+        if net.plan.loss > 0.0 || net.plan.delay_s > 0.0 {
+            let (vs, vc) = net.plan.veths();
+            let off = ["tso", "off", "gso", "off", "gro", "off"].map(String::from);
+            let mut a = net.plan.exec_in();
+            a.extend(["ethtool".into(), "-K".into(), vs]);
+            a.extend(off.iter().cloned());
+            run(&a)?;
+            let mut b = vec!["ethtool".to_string(), "-K".into(), vc];
+            b.extend(off.iter().cloned());
+            run(&b)?;
+        }
+        if net.plan.delay_s > 0.0 {
+            net.delay = Some(crate::delay::DelayLine::start(
+                net.plan.queue(),
+                std::time::Duration::from_secs_f64(net.plan.delay_s),
+            )?);
+        }
+        for rule in net.plan.iptables_rules() {
+            run(&NetPlan::iptables_argv(&rule, true))?;
+            net.rules.push(rule);
+        }
+        Ok(net)
+    }
+
+    /// A second octet for 10.x.0.0/16 that no route on this machine uses.
+    pub fn free_subnet(seed: u32) -> Result<u8, BenchError> {
+        let routes = String::from_utf8_lossy(
+            &Command::new("ip")
+                .args(["-4", "route", "show", "table", "all"])
+                .output()
+                .map_err(io_err("ip route"))?
+                .stdout,
+        )
+        .into_owned();
+        (0..100u32)
+            .map(|i| (100 + (seed + i) % 100) as u8)
+            .find(|x| !routes.contains(&format!("10.{x}.")))
+            .ok_or_else(|| BenchError::Setup("no free 10.x.0.0/16 subnet for the emulated links".into()))
+    }
+}
+
+impl Drop for Network {
+    fn drop(&mut self) {
+        for rule in self.rules.drain(..) {
+            let argv = NetPlan::iptables_argv(&rule, false);
+            let _ = Command::new(&argv[0]).args(&argv[1..]).status();
+        }
+        self.delay.take();
+        let _ = Command::new("ip").args(["netns", "del", &self.plan.namespace()]).stderr(Stdio::null()).status();
+        let (_, vc) = self.plan.veths();
+        let _ = Command::new("ip").args(["link", "del", &vc]).stderr(Stdio::null()).status();
+    }
+}
+
+/// Whether this process can build namespaces (root).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
+        .unwrap_or(false)
+}
+
+/// Removes namespaces and iptables rules of earlier runs whose process is gone.
+fn remove_stale() {
+    let dead = |name: &str| {
+        name.strip_prefix(PREFIX)
+            .and_then(|p| p.parse::<u32>().ok())
+            .is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
+    };
+    for table in ["mangle", "filter"] {
+        let Ok(out) = Command::new("iptables").args(["-w", "-t", table, "-S"]).output() else { continue };
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let tagged = words.windows(2).any(|w| w[0] == "--comment" && dead(w[1].trim_matches('"')));
+            if tagged && words.first() == Some(&"-A") {
+                let _ = Command::new("iptables").args(["-w", "-t", table, "-D"]).args(&words[1..]).status();
+            }
+        }
+    }
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else { return };
+    for name in String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.split_whitespace().next()) {
+        let Some(pid) = name.strip_prefix(PREFIX).and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = Command::new("ip").args(["netns", "del", name]).status();
+            let _ = Command::new("ip").args(["link", "del", &format!("{PREFIX}{pid}c")]).stderr(Stdio::null()).status();
+        }
+    }
+}
+
+fn run(argv: &[String]) -> Result<(), BenchError> {
+    let out = Command::new(&argv[0]).args(&argv[1..]).output().map_err(io_err(format!("running {}", argv[0])))?;
+    if !out.status.success() {
+        return Err(BenchError::Setup(format!(
+            "{} failed: {} (needs root and iproute2)",
+            argv.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+fn run_batch(argv: &[&str], input: &str) -> Result<(), BenchError> {
+    use std::io::Write;
+    let mut child = Command::new(argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(io_err(format!("running {}", argv[0])))?;
+    child.stdin.take().expect("piped").write_all(input.as_bytes()).map_err(io_err("writing batch"))?;
+    let out = child.wait_with_output().map_err(io_err(format!("running {}", argv[0])))?;
+    if !out.status.success() {
+        return Err(BenchError::Setup(format!(
+            "{} failed: {} (needs root, iproute2 and the htb qdisc)",
+            argv.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan() -> NetPlan {
+        NetPlan {
+            id: 42,
+            subnet: 150,
+            server_link_bps: 1e9,
+            class_bps: vec![10e6, 44.736e6],
+            per_class: 2,
+            loss: 0.0,
+            delay_s: 0.0,
+        }
+    }
+
+    #[test]
+    fn names_fit_interface_limits() {
+        let p = NetPlan { id: 4_194_304, ..plan() };
+        let (vs, vc) = p.veths();
+        assert!(vs.len() <= 15 && vc.len() <= 15, "{vs} {vc}");
+        assert_ne!(vs, vc);
+    }
+
+    #[test]
+    fn ip_batch_gives_every_client_an_address() {
+        let b = plan().ip_batch();
+        for ip in ["10.150.1.1", "10.150.1.2", "10.150.2.1", "10.150.2.2", "10.150.250.1"] {
+            assert!(b.contains(&format!("addr add {ip}/16 dev cbn42c")), "{ip} missing:\n{b}");
+        }
+        assert!(plan().ns_ip_batch().contains("addr add 10.150.0.1/16 dev cbn42s"));
+        assert!(b.starts_with("netns add cbn42\n"));
+    }
+
+    #[test]
+    fn tc_batch_has_a_rate_class_and_filter_per_client() {
+        let b = plan().tc_batch();
+        let cases = [
+            ("server link parent", "classid 1:1 htb rate 1000000000bit ceil 1000000000bit"),
+            ("first 10T client", "classid 1:10 htb rate 10000000bit ceil 10000000bit"),
+            ("last T3 client", "classid 1:13 htb rate 44736000bit ceil 44736000bit"),
+            ("filter by destination", "u32 match ip dst 10.150.2.2/32 flowid 1:13"),
+        ];
+        for (name, want) in cases {
+            assert!(b.contains(want), "{name}: {want:?} missing in\n{b}");
+        }
+        assert_eq!(b.matches("filter add").count(), 4);
+    }
+
+    #[test]
+    fn loss_and_delay_rules_sit_on_the_client_side_and_are_removable() {
+        assert!(plan().iptables_rules().is_empty(), "no rules without loss or delay");
+        let p = NetPlan { loss: 0.1, delay_s: 0.075, ..plan() };
+        let rules = p.iptables_rules();
+        let add: Vec<String> = rules.iter().map(|r| NetPlan::iptables_argv(r, true).join(" ")).collect();
+        assert_eq!(
+            add[0],
+            "iptables -w -t mangle -A PREROUTING -i cbn42c ! -d 10.150.250.1 -m comment --comment cbn42 -j NFQUEUE --queue-num 1042 --queue-bypass"
+        );
+        assert_eq!(
+            add[1],
+            "iptables -w -t filter -A INPUT -i cbn42c ! -d 10.150.250.1 -m comment --comment cbn42 -m statistic --mode random --probability 0.1 -j DROP"
+        );
+        let del = NetPlan::iptables_argv(&rules[1], false).join(" ");
+        assert_eq!(del, add[1].replace(" -A ", " -D "));
+    }
+}

@@ -1,0 +1,76 @@
+//! End-to-end: `circus bench quick` through the built binary, with real
+//! server processes (circus and nginx) reading the FUSE disk model and
+//! real clients over the netns + HTB links. Needs root, /dev/fuse and
+//! nginx (CI has all three); elsewhere it prints why it is skipped.
+
+use serde_json::Value;
+use std::{path::Path, process::Command};
+
+const BIN: &str = env!("CARGO_BIN_EXE_circus");
+
+fn skip_reason() -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let root = status.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+    if !root {
+        return Some("not root (netns, HTB and the FUSE mount need root)".into());
+    }
+    if !Path::new("/dev/fuse").exists() {
+        return Some("/dev/fuse is missing".into());
+    }
+    if !Path::new("/usr/sbin/nginx").exists() && !Path::new("/usr/bin/nginx").exists() {
+        return Some("nginx is not installed (apt-get install nginx)".into());
+    }
+    None
+}
+
+#[test]
+fn bench_quick_measures_circus_and_nginx_on_the_same_disk_and_links() {
+    if let Some(why) = skip_reason() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let run = Command::new(BIN)
+        .args(["bench", "quick", "--servers", "circus,nginx-sendfile", "--no-sim", "--json", "--work"])
+        .arg(dir.path())
+        .arg("--out")
+        .arg(&out)
+        .env("CIRCUS_LOG", "warn")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "bench failed: {stderr}");
+    let rows: Vec<Value> =
+        String::from_utf8_lossy(&run.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for row in &rows {
+        for key in [
+            "server",
+            "net_bytes_per_s",
+            "storage_bytes_read",
+            "storage_bytes_per_s",
+            "miss_ratio",
+            "download_mean_s",
+            "download_ideal_s",
+            "cpu_s",
+            "peak_rss_bytes",
+            "link_mode",
+            "disk_mode",
+        ] {
+            assert!(row.get(key).is_some(), "{key} missing in {row}");
+        }
+        assert!(row["net_bytes_per_s"].as_f64().unwrap() > 1e6, "{row}");
+        assert!(row["link_mode"].as_str().unwrap().starts_with("kernel"), "{row}");
+    }
+    let storage = |i: usize| rows[i]["storage_bytes_read"].as_f64().unwrap();
+    assert!(storage(0) > 0.0 && storage(1) > 0.0, "every server reads through the disk model: {rows:?}");
+    // circus shares reads; nginx reads once per client.
+    assert!(storage(0) < storage(1), "{rows:?}");
+    for ext in ["json", "csv", "svg"] {
+        assert!(out.join(format!("quick.{ext}")).exists(), "quick.{ext} not written");
+    }
+    // Nothing left behind: no mount under the work dir, no namespace of ours.
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    assert!(!mounts.contains(&*dir.path().to_string_lossy()), "mount left behind");
+}
