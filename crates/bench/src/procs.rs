@@ -114,8 +114,14 @@ impl ServerProc {
         let conf = work.join(format!("nginx-{port}.conf"));
         let direct =
             if directio { "directio 4m; directio_alignment 4k; output_buffers 2 64k; aio threads;" } else { "" };
+        // As root, nginx's workers would run as nobody, who cannot enter a
+        // private work directory (mktemp -d makes it 0700) nor a FUSE mount
+        // made without allow_other: keep them root, like the other servers.
+        use std::os::unix::fs::MetadataExt;
+        let as_root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+        let user = if as_root { "user root;" } else { "" };
         let text = format!(
-            "daemon off; worker_processes auto; pid {work}/nginx-{port}.pid; error_log {work}/nginx-error.log warn;\n\
+            "daemon off; {user} worker_processes auto; pid {work}/nginx-{port}.pid; error_log {work}/nginx-error.log warn;\n\
              events {{ worker_connections 16384; }}\n\
              http {{ access_log off; sendfile on; tcp_nopush on; {direct} keepalive_timeout 65; keepalive_requests 100000000;\n\
                client_body_temp_path {work}/nb; proxy_temp_path {work}/np; fastcgi_temp_path {work}/nf; uwsgi_temp_path {work}/nu; scgi_temp_path {work}/ns;\n\

@@ -3,12 +3,10 @@
 //! must be byte-exact, and the server must have read far less than one
 //! file per download: blocks read once were shared.
 
+mod common;
+
 use circus_client::{GetOptions, Protocol, download_with, http_client};
-use std::{
-    io::{BufRead, BufReader},
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::{process::Command, time::Duration};
 
 const CLIENTS: usize = 100;
 
@@ -38,15 +36,8 @@ fn a_hundred_mixed_speed_native_downloads_share_reads_and_arrive_byte_exact() {
         })
         .collect();
     // Half a file's worth of cache, shared by two files and 100 queues.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_circus"))
-        .args(["serve", dir.path().to_str().unwrap(), "--listen", "127.0.0.1:0", "--cache", "1536KiB"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let addr = line.trim().rsplit("http://").next().unwrap().to_owned();
+    let server = common::serve(&[dir.path().to_str().unwrap(), "--cache", "1536KiB"]);
+    let addr = server.addr.clone();
 
     let out = tempfile::tempdir().unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
@@ -82,6 +73,4 @@ fn a_hundred_mixed_speed_native_downloads_share_reads_and_arrive_byte_exact() {
         read < CLIENTS as f64 * per_download / 5.0,
         "read {read} bytes for {CLIENTS} downloads of ~{per_download} bytes: blocks were not shared"
     );
-    let _ = child.kill();
-    let _ = child.wait();
 }

@@ -1,9 +1,9 @@
 //! End-to-end: the `circus` binary serving a directory (`circus serve`) and
 //! downloading from it (`circus get`), as separate processes on 127.0.0.1.
 
+mod common;
+
 use std::{
-    io::{BufRead, BufReader},
-    path::Path,
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
@@ -18,26 +18,6 @@ impl Drop for Running {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// Starts `circus serve DIR` on a free port; returns it and its address.
-fn serve(dir: &Path) -> (Running, String) {
-    let mut child = Command::new(BIN)
-        .args(["serve", dir.to_str().unwrap(), "--listen", "127.0.0.1:0"])
-        .env("CIRCUS_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let server = Running(child);
-    let mut line = String::new();
-    let mut stdout = BufReader::new(stdout);
-    stdout.read_line(&mut line).unwrap();
-    // Keep the pipe open and drained, so a later print cannot fail.
-    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
-    let addr = line.trim().strip_prefix("circus listening on http://").unwrap_or_else(|| panic!("{line:?}"));
-    (server, addr.to_owned())
 }
 
 /// Runs `circus get ARGS` to completion (at most a minute).
@@ -69,7 +49,8 @@ fn get_downloads_byte_exact_natively_and_plainly() {
     let served = tempfile::tempdir().unwrap();
     let data: Vec<u8> = (0..2_500_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
     std::fs::write(served.path().join("f.bin"), &data).unwrap();
-    let (_server, addr) = serve(served.path());
+    let server = common::serve(&[served.path().to_str().unwrap()]);
+    let addr = server.addr.clone();
     let out = tempfile::tempdir().unwrap();
     for (name, extra) in [("native", None), ("plain", Some("--plain"))] {
         let path = out.path().join(name);
@@ -88,7 +69,8 @@ fn get_downloads_byte_exact_natively_and_plainly() {
 #[test]
 fn get_of_a_missing_file_exits_4_with_the_status() {
     let served = tempfile::tempdir().unwrap();
-    let (_server, addr) = serve(served.path());
+    let server = common::serve(&[served.path().to_str().unwrap()]);
+    let addr = server.addr.clone();
     let out = tempfile::tempdir().unwrap();
     let path = out.path().join("nope");
     let (code, stderr) = get(&[&format!("http://{addr}/nope"), "-o", path.to_str().unwrap()]);

@@ -4,11 +4,12 @@
 //! that dies). The origin counts the body bytes it sends and the requests
 //! it answers, which is what the tier's promises are about.
 
+mod common;
+
 use std::{
     collections::HashMap,
     io::{BufRead, BufReader, Read, Write},
     net::{Shutdown, TcpListener, TcpStream},
-    process::{Child, Command, Stdio},
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -155,30 +156,12 @@ fn serve_conn(
     }
 }
 
-struct Tier {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Tier {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn tier(origin: &TestOrigin, extra: &[&str]) -> Tier {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_circus"))
-        .args(["serve", "--origin", &format!("http://{}/", origin.addr), "--listen", "127.0.0.1:0"])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start circus serve --origin");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let addr = line.trim().rsplit("http://").next().expect("address line").to_owned();
-    Tier { child, addr }
+/// `circus serve --origin` in front of `origin`.
+fn tier(origin: &TestOrigin, extra: &[&str]) -> common::ServerProc {
+    let url = format!("http://{}/", origin.addr);
+    let mut args = vec!["--origin", url.as_str()];
+    args.extend_from_slice(extra);
+    common::serve(&args)
 }
 
 /// What a client saw: status, headers, and whether the body it read was

@@ -5,11 +5,9 @@
 //! 1.12 on its own left some connections stalled with a request unread
 //! (see `crates/server/src/sendfile.rs`).
 
-use std::{
-    io::{BufRead, BufReader},
-    process::{Command, Stdio},
-    time::Duration,
-};
+mod common;
+
+use std::time::Duration;
 
 #[test]
 fn pipelined_requests_on_many_connections_all_get_answers() {
@@ -20,21 +18,11 @@ fn pipelined_requests_on_many_connections_all_get_answers() {
             format!("/f{i}")
         })
         .collect();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_circus"))
-        .args(["serve", dir.path().to_str().unwrap(), "--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let addr = line.trim().rsplit("http://").next().unwrap().to_owned();
+    let server = common::serve(&[dir.path().to_str().unwrap()]);
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     // Fails with "stopped answering" if any connection waits 10 s past the end.
-    let load = runtime.block_on(circus_bench::loadgen::run(&addr, &paths, 50, 8, Duration::from_secs(3)));
-    let _ = child.kill();
-    let _ = child.wait();
+    let load = runtime.block_on(circus_bench::loadgen::run(&server.addr, &paths, 50, 8, Duration::from_secs(3)));
     let load = load.unwrap_or_else(|e| panic!("{e}"));
     eprintln!("{} pipelined responses", load.responses);
     assert!(load.responses > 0);

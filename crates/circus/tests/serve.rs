@@ -2,38 +2,22 @@
 //! curl, wget and aria2c, graceful drain on SIGTERM, and the memory budget
 //! under hundreds of slow connections.
 
+mod common;
+
+use common::ServerProc;
 use std::{
-    io::{BufRead, BufReader, Read, Write},
+    io::{Read, Write},
     net::TcpStream,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::Command,
     time::{Duration, Instant},
 };
 
-struct ServerProc {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for ServerProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
+/// `circus serve ROOT EXTRA...` on a free port.
 fn serve(root: &Path, extra: &[&str]) -> ServerProc {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_circus"))
-        .args(["serve", root.to_str().unwrap(), "--listen", "127.0.0.1:0"])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start circus serve");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let addr = line.trim().rsplit("http://").next().expect("address line").to_owned();
-    ServerProc { child, addr }
+    let mut args = vec![root.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    common::serve(&args)
 }
 
 fn data_dir(size: usize) -> (tempfile::TempDir, Vec<u8>) {

@@ -1,0 +1,41 @@
+//! The built binary as a child process, shared by the end-to-end tests.
+
+use std::{
+    io::{BufRead, BufReader},
+    process::{Child, Command, Stdio},
+};
+
+/// A running `circus serve`, killed when dropped however the test ends.
+pub struct ServerProc {
+    pub child: Child,
+    pub addr: String,
+}
+
+impl Drop for ServerProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `circus serve ARGS... --listen 127.0.0.1:0`, once it prints its address.
+/// Its later output is drained so that a print can never block or fail.
+pub fn serve(args: &[&str]) -> ServerProc {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_circus"))
+        .arg("serve")
+        .args(args)
+        .args(["--listen", "127.0.0.1:0"])
+        .env("CIRCUS_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start circus serve");
+    let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut server = ServerProc { child, addr: String::new() };
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("address line");
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    let addr = line.trim().strip_prefix("circus listening on http://").unwrap_or_else(|| panic!("{line:?}"));
+    server.addr = addr.to_owned();
+    server
+}
