@@ -128,9 +128,10 @@ impl Point {
         self.links.iter().map(|l| l.name).collect::<Vec<_>>().join("+")
     }
 
-    /// `circus serve` flags for this point.
-    pub fn serve_args(&self, policy: &str) -> Vec<String> {
-        [
+    /// The scheduler settings of this point, as flags both `circus serve`
+    /// and `circus sim` take.
+    fn sched_flags(&self, policy: &str) -> Vec<(&'static str, String)> {
+        vec![
             ("--policy", policy.to_string()),
             ("--cache", self.cache.to_string()),
             ("--block", self.block.to_string()),
@@ -139,31 +140,28 @@ impl Point {
             ("--threshold", self.threshold.to_string()),
             ("--leapfront", self.leapfront.to_string()),
         ]
-        .into_iter()
-        .flat_map(|(k, v)| [k.to_string(), v])
-        .collect()
+    }
+
+    /// `circus serve` flags for this point.
+    pub fn serve_args(&self, policy: &str) -> Vec<String> {
+        self.sched_flags(policy).into_iter().flat_map(|(k, v)| [k.to_string(), v]).collect()
     }
 
     /// `circus sim` flags predicting this point for `policy`.
     pub fn sim_args(&self, policy: &str) -> Vec<String> {
         let mut args = vec!["sim".to_string(), "--json".into(), "--link".into(), self.link_spec()];
-        for (k, v) in [
-            ("--policy", policy.to_string()),
+        let mut flags = self.sched_flags(policy);
+        flags.extend([
             ("--load", self.load.to_string()),
             ("--files", self.files.to_string()),
             ("--file-size", self.file_size.to_string()),
-            ("--cache", self.cache.to_string()),
-            ("--block", self.block.to_string()),
-            ("--queue", self.queue.to_string()),
-            ("--active", self.active.to_string()),
-            ("--threshold", self.threshold.to_string()),
-            ("--leapfront", self.leapfront.to_string()),
             ("--server-link", format!("{}bit", self.server_link_bps)),
             ("--rtt", format!("{}ms", self.rtt_s * 1e3)),
             ("--loss", self.loss.to_string()),
             ("--warmup", format!("{}s", self.warmup_s)),
             ("--measure", format!("{}s", self.measure_s)),
-        ] {
+        ]);
+        for (k, v) in flags {
             args.extend([k.to_string(), v]);
         }
         if self.cohort {
