@@ -402,3 +402,81 @@ fn small_objects_are_hits_until_stale_then_revalidated_with_the_etag() {
     let r = get(&t.addr, "/small", &[("range", "bytes=10-19")], None);
     assert_eq!((r.status, r.body.as_slice()), (206, &data[10..20]));
 }
+
+/// Reads one response from `r`: status, headers, body (none for HEAD).
+fn read_response(r: &mut BufReader<TcpStream>, head: bool) -> (u16, HashMap<String, String>, Vec<u8>) {
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    let status = line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let mut headers = HashMap::new();
+    loop {
+        let mut h = String::new();
+        r.read_line(&mut h).unwrap();
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        let (n, v) = h.split_once(':').unwrap();
+        assert!(headers.insert(n.trim().to_ascii_lowercase(), v.trim().to_owned()).is_none(), "{n} twice");
+    }
+    let len: usize = if head { 0 } else { headers["content-length"].parse().unwrap() };
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).unwrap();
+    (status, headers, body)
+}
+
+#[test]
+fn pipelined_hits_answered_before_hyper_match_the_full_path_and_hand_over_in_order() {
+    let (a, b) = (pattern(1024, 5), pattern(10 * 1024, 6));
+    let cc = "max-age=60";
+    let objects = HashMap::from([
+        ("/a", Obj { data: a.clone(), cache_control: cc, ..Obj::default() }),
+        ("/b", Obj { data: b.clone(), cache_control: cc, extra: vec![("vary", "accept-encoding")], ..Obj::default() }),
+    ]);
+    let origin = start_origin(objects);
+    let t = tier(&origin, &[]);
+    // Misses, through hyper (connection: close), which store both objects.
+    let full = get(&t.addr, "/a", &[], None);
+    assert_eq!((full.status, full.body.as_slice()), (200, a.as_slice()));
+    assert_eq!(get(&t.addr, "/b", &[], None).body, *b);
+
+    // One keep-alive connection, everything pipelined in one write: hits
+    // (the lane's), then a request that Vary does not let the stored /b
+    // answer (hyper's from there on, and an origin fetch), then a range
+    // and hits, through hyper.
+    let mut s = TcpStream::connect(&t.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let req = |line: &str, extra: &str| format!("{line} HTTP/1.1\r\nhost: t\r\n{extra}\r\n");
+    let burst = [
+        req("GET /a", ""),
+        req("GET /b", "connection: keep-alive\r\n"),
+        req("HEAD /a", ""),
+        req("GET /b", "accept-encoding: gzip\r\n"),
+        req("GET /a", "range: bytes=3-9\r\n"),
+        req("GET /a", ""),
+        req("GET /a", "connection: close\r\n"),
+    ]
+    .concat();
+    s.write_all(burst.as_bytes()).unwrap();
+    let mut r = BufReader::new(s);
+    let responses: Vec<_> =
+        [false, false, true, false, false, false, false].map(|head| read_response(&mut r, head)).into();
+    let bodies: Vec<(u16, &[u8])> = responses.iter().map(|(st, _, body)| (*st, body.as_slice())).collect();
+    let (a, b) = (&a[..], &b[..]);
+    assert_eq!(bodies, [(200, a), (200, b), (200, &[][..]), (200, b), (206, &a[3..10]), (200, a), (200, a)]);
+    // The lane's answers carry the same fields as hyper's full path on the
+    // same connection (Age may have ticked).
+    let without_age = |h: &HashMap<String, String>| {
+        let mut h = h.clone();
+        h.remove("age").expect("an age field");
+        h
+    };
+    assert_eq!(without_age(&responses[0].1), without_age(&responses[5].1));
+    assert_eq!(responses[1].1["vary"], "accept-encoding");
+    assert_eq!(responses[0].1["etag"], full.headers["etag"]);
+    assert_eq!(responses[2].1["content-length"], "1024", "HEAD gives the length of the whole object");
+    let mut rest = Vec::new();
+    r.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty(), "connection: close ends the connection after its answer");
+    assert_eq!(origin.counters.requests.load(Ordering::SeqCst), 3, "two misses, one for another /b; the rest hits");
+}

@@ -13,7 +13,9 @@
 //! bodies fed by the driver), `http` (routing and HTTP semantics),
 //! [`rfc9110`] (pure precondition and range rules), `observe`
 //! (`/metrics`, `/status`), `arena` and `sendfile` (cache memory in a memfd,
-//! sent with `sendfile(2)` instead of copied), `pacer` (a storage read cap).
+//! sent with `sendfile(2)` instead of copied), `pacer` (a storage read cap),
+//! `hitlane` (resident small objects answered before hyper sees the
+//! connection), [`origin`] (the caching tier in front of an origin).
 //!
 //! ```no_run
 //! # async fn run() -> std::io::Result<()> {
@@ -30,6 +32,7 @@ pub mod config;
 mod driver;
 mod error;
 pub mod files;
+mod hitlane;
 mod http;
 mod metrics;
 mod observe;
@@ -42,6 +45,7 @@ mod sendfile;
 pub use config::{FileConfig, ServeConfig};
 pub use error::HttpError;
 
+use bytes::Bytes;
 use driver::DriverHandle;
 use files::FileTable;
 use hyper::service::service_fn;
@@ -120,7 +124,12 @@ impl Server {
             // clients' downloads from starting (serve.rs memory test).
             .pipeline_flush(self.cfg.origin.is_some());
         builder.http2().max_header_list_size(self.cfg.max_header_bytes as u32);
+        let builder = Arc::new(builder);
         let graceful = GracefulShutdown::new();
+        // Tells connections still in the hit lane to close; hyper's are
+        // told by `graceful`.
+        let (stop, stopping) = tokio::sync::watch::channel(false);
+        let limits = hitlane::Limits { idle: self.cfg.header_timeout, max_head: self.cfg.max_header_bytes };
         let slots = Arc::new(Semaphore::new(self.cfg.max_connections));
         tokio::pin!(shutdown);
         loop {
@@ -149,31 +158,47 @@ impl Server {
             let state = self.state.clone();
             let permit = slots.clone().try_acquire_owned().ok();
             let busy = permit.is_none();
-            let service = service_fn(move |req| {
-                let state = state.clone();
-                async move {
-                    if busy {
-                        let mut res = http::error_response(&HttpError::Busy);
-                        res.headers_mut().insert(::http::header::CONNECTION, ::http::HeaderValue::from_static("close"));
-                        return Ok::<_, std::convert::Infallible>(res);
-                    }
-                    Ok(http::handle(state, req).await)
-                }
-            });
-            let conn = builder
-                .serve_connection(TokioIo::new(SendfileStream::new(stream, self.arena.clone())), service)
-                .into_owned();
-            let conn = graceful.watch(conn);
+            // Resident small objects of the origin tier are answered before
+            // hyper sees the connection (Lava's hit server).
+            let lane = state.origin.clone().filter(|_| !busy);
+            let (builder, arena, watcher, stopping) =
+                (builder.clone(), self.arena.clone(), graceful.watcher(), stopping.clone());
             let metrics = self.state.metrics.clone();
+            let answered = metrics.requests.get_or_create(&metrics::StatusLabel { code: 200 }).clone();
             tokio::spawn(async move {
                 metrics.connections.inc();
-                if let Err(e) = conn.await {
+                let (stream, unread) = match lane {
+                    None => (stream, Bytes::new()),
+                    Some(tier) => match hitlane::run(stream, &*tier, limits, stopping, &answered).await {
+                        Ok(hitlane::Exit::HandOff(stream, unread)) => (stream, unread),
+                        Ok(hitlane::Exit::Closed) | Err(_) => {
+                            metrics.connections.dec();
+                            return;
+                        }
+                    },
+                };
+                let service = service_fn(move |req| {
+                    let state = state.clone();
+                    async move {
+                        if busy {
+                            let mut res = http::error_response(&HttpError::Busy);
+                            res.headers_mut()
+                                .insert(::http::header::CONNECTION, ::http::HeaderValue::from_static("close"));
+                            return Ok::<_, std::convert::Infallible>(res);
+                        }
+                        Ok(http::handle(state, req).await)
+                    }
+                });
+                let io = TokioIo::new(SendfileStream::new(stream, arena).with_unread(unread));
+                let conn = builder.serve_connection(io, service).into_owned();
+                if let Err(e) = watcher.watch(conn).await {
                     tracing::debug!(%peer, error = %e, "connection ended with an error");
                 }
                 metrics.connections.dec();
                 drop(permit);
             });
         }
+        let _ = stop.send(true);
         tracing::info!("shutting down: draining downloads in progress");
         if tokio::time::timeout(self.cfg.drain_timeout, graceful.shutdown()).await.is_err() {
             tracing::warn!("drain timeout passed; closing remaining connections");

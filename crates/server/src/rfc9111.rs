@@ -201,8 +201,27 @@ pub fn vary_values(fields: &[HeaderName], req: &HeaderMap) -> Vec<Option<String>
 /// [`vary_values`] would compute them), without allocating: this runs on
 /// every hit.
 pub fn vary_matches(fields: &[HeaderName], stored: &[Option<String>], req: &HeaderMap) -> bool {
+    vary_matches_by(fields, stored, |f| req.get_all(f).iter().map(HeaderValue::as_bytes))
+}
+
+/// [`vary_matches`] over any request representation: `values(f)` yields
+/// the raw values of the request's field `f`, in order.
+pub fn vary_matches_by<'f, 'a, I>(
+    fields: &'f [HeaderName],
+    stored: &[Option<String>],
+    values: impl Fn(&'f HeaderName) -> I,
+) -> bool
+where
+    I: Iterator<Item = &'a [u8]>,
+{
     fields.iter().zip(stored).all(|(f, s)| {
-        let mut parts = req.get_all(f).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).map(str::trim);
+        // As `HeaderValue::to_str`: values with other than visible ASCII are skipped.
+        let visible = |v: &'a [u8]| v.iter().all(|&b| b == b'\t' || (0x20..0x7f).contains(&b)).then_some(v);
+        let mut parts = values(f)
+            .filter_map(visible)
+            .filter_map(|v| std::str::from_utf8(v).ok())
+            .flat_map(|v| v.split(','))
+            .map(str::trim);
         match s {
             None => parts.next().is_none(),
             Some(s) => {

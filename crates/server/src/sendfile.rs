@@ -7,11 +7,13 @@
 //! anything else (response heads, frame headers, heap blocks) goes out with
 //! an ordinary `writev`. The bytes on the wire are identical either way.
 //!
-//! It also gives hyper one extra wake-up after a flush when request bytes
+//! It replays the request bytes the hit lane read before it handed the
+//! connection over (`with_unread`), and gives hyper one extra wake-up after a flush when request bytes
 //! are waiting, which keeps pipelined connections from stalling (see
 //! `poll_flush`).
 
 use crate::arena::Arena;
+use bytes::Bytes;
 use std::{
     io::{self, IoSlice},
     pin::Pin,
@@ -29,12 +31,19 @@ pub struct SendfileStream {
     arena: Option<Arc<Arena>>,
     /// Bytes went out since the last flush (see `poll_flush`).
     wrote: bool,
+    /// Read from the socket by the hit lane, not yet by hyper.
+    unread: Bytes,
 }
 
 impl SendfileStream {
     /// Without an arena every write is an ordinary one.
     pub fn new(inner: TcpStream, arena: Option<Arc<Arena>>) -> Self {
-        SendfileStream { inner, arena, wrote: false }
+        SendfileStream { inner, arena, wrote: false, unread: Bytes::new() }
+    }
+
+    /// Reads yield `unread` before anything from the socket.
+    pub fn with_unread(self, unread: Bytes) -> Self {
+        SendfileStream { unread, ..self }
     }
 
     fn poll_sendfile(
@@ -74,6 +83,11 @@ impl SendfileStream {
 
 impl AsyncRead for SendfileStream {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        if !self.unread.is_empty() {
+            let n = self.unread.len().min(buf.remaining());
+            buf.put_slice(&self.unread.split_to(n));
+            return Poll::Ready(Ok(()));
+        }
         Pin::new(&mut self.inner).poll_read(cx, buf)
     }
 }

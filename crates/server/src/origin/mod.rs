@@ -11,12 +11,14 @@
 //! relayed to their one client and never stored.
 //!
 //! Parts: `client` (the pooled origin client), `object` (a stored version),
+//! `hit` (whole small objects answered by the hit lane, before hyper),
 //! `fetch` (single-flight block fetches), `store` (the byte budget, S3-FIFO
 //! admission via quick_cache), `body` (response bodies).
 
 mod body;
 mod client;
 mod fetch;
+mod hit;
 mod object;
 mod store;
 

@@ -43,6 +43,9 @@ pub struct Object {
     /// varied ones), so each block comes from the same representation.
     pub forward: HeaderMap,
     pub freshness: Freshness,
+    /// The head of a whole 200 response as the hit lane writes it, up to
+    /// the per-request `age` (and `date` when the origin sent none).
+    pub wire_head: Vec<u8>,
 }
 
 impl Object {
@@ -85,6 +88,7 @@ impl Object {
             vary,
             forward,
             freshness: Freshness::of(res, request_time, response_time),
+            wire_head: wire_head(&headers, size),
             headers,
         }
     }
@@ -105,6 +109,7 @@ impl Object {
             vary_values: self.vary_values.clone(),
             forward: self.forward.clone(),
             freshness: Freshness::of(&merged, request_time, response_time),
+            wire_head: wire_head(&merged, self.size),
             headers: merged,
         }
     }
@@ -130,6 +135,23 @@ impl Object {
 
     /// Bytes this description holds, for the store's budget.
     pub fn header_bytes(&self) -> u64 {
-        self.headers.iter().chain(self.forward.iter()).map(|(n, v)| (n.as_str().len() + v.len() + 32) as u64).sum()
+        let fields: u64 =
+            self.headers.iter().chain(self.forward.iter()).map(|(n, v)| (n.as_str().len() + v.len() + 32) as u64).sum();
+        fields + self.wire_head.len() as u64
     }
+}
+
+/// Status line and the fixed headers of a whole 200 response: the same
+/// fields hyper writes for the tier's own 200s.
+fn wire_head(headers: &HeaderMap, size: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+    for (name, value) in headers {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(format!("content-length: {size}\r\naccept-ranges: bytes\r\n").as_bytes());
+    out
 }

@@ -1,0 +1,216 @@
+//! The hit lane: Lava's hit server in front of hyper.
+//!
+//! An HTTP/1.1 connection starts here. Each complete request head in the
+//! read buffer is parsed in place (httparse); a plain GET or HEAD of an
+//! object the [`HitSource`] holds resident is answered by copying its
+//! prerendered response into one output buffer, and the answers to a batch
+//! of pipelined requests leave in one write. Nothing is allocated per
+//! request and no task, channel or header map is involved.
+//!
+//! The first request the lane does not answer (a miss, a range, a
+//! condition, credentials, HTTP/2, a malformed head, anything unusual)
+//! hands the connection to hyper for the rest of its life: the answers
+//! already made are written first, and the unread bytes are replayed to
+//! hyper ahead of the socket, so responses stay in request order and hyper
+//! sees exactly the bytes the client sent. The lane therefore only has to
+//! be right about what it answers, not about HTTP as a whole.
+
+use bytes::{Buf, Bytes, BytesMut};
+use prometheus_client::metrics::counter::Counter;
+use std::{io, time::Duration};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+    sync::watch,
+};
+
+/// Headers a request may carry and still be answered by the lane; any
+/// other name sends it to hyper. These change nothing in a whole, stored,
+/// unvaried response (`Connection` only when it says keep-alive).
+const NEUTRAL: [&str; 7] = ["host", "user-agent", "accept", "accept-encoding", "accept-language", "connection", "te"];
+
+/// Most headers parsed in place; a request with more goes to hyper.
+const MAX_HEADERS: usize = 32;
+
+/// Answers buffered before they are written, so that a burst of tiny
+/// pipelined requests for larger objects cannot grow the output without
+/// bound: the rest of the burst waits until this much has gone out.
+const OUT_LIMIT: usize = 256 * 1024;
+
+/// Whole resident objects, rendered as complete HTTP/1.1 responses.
+pub(crate) trait HitSource: Send + Sync {
+    /// Appends the whole response (status line, headers, body unless
+    /// `head`) for `target` to `out` and returns true, or returns false
+    /// and leaves `out` alone when the object is not a fresh, whole,
+    /// resident one. `headers` (all of them [`NEUTRAL`]) may select among
+    /// representations (Vary).
+    fn render(&self, target: &str, head: bool, headers: &[httparse::Header<'_>], out: &mut Vec<u8>) -> bool;
+}
+
+/// How a connection left the lane.
+pub(crate) enum Exit {
+    /// Closed by the client, by idleness or by shutdown.
+    Closed,
+    /// hyper takes over: replay `unread`, then read the socket.
+    HandOff(TcpStream, Bytes),
+}
+
+/// Bounds the lane applies while it owns a connection.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// Longest wait for the next request head.
+    pub idle: Duration,
+    /// A head that grows past this goes to hyper (which answers 431).
+    pub max_head: usize,
+}
+
+/// Serves `stream` until it closes or needs hyper. Stops at the next
+/// request boundary once `shutdown` turns true.
+pub(crate) async fn run(
+    mut stream: TcpStream,
+    source: &dyn HitSource,
+    limits: Limits,
+    mut shutdown: watch::Receiver<bool>,
+    answered: &Counter,
+) -> io::Result<Exit> {
+    let mut buf = BytesMut::with_capacity(8 * 1024);
+    let mut out = Vec::with_capacity(64 * 1024);
+    loop {
+        let read = tokio::select! {
+            read = tokio::time::timeout(limits.idle, stream.read_buf(&mut buf)) => read,
+            _ = shutdown.wait_for(|stop| *stop) => return Ok(Exit::Closed),
+        };
+        let Ok(read) = read else { return Ok(Exit::Closed) };
+        if read? == 0 {
+            // A half-sent head at EOF: hyper answers it as it would.
+            return Ok(if buf.is_empty() { Exit::Closed } else { Exit::HandOff(stream, buf.freeze()) });
+        }
+        loop {
+            let (count, batch) = answer_all(&mut buf, source, &mut out);
+            if count > 0 {
+                answered.inc_by(count);
+                stream.write_all(&out).await?;
+                out.clear();
+            }
+            match batch {
+                Batch::Full => {}
+                Batch::NeedMore if buf.len() <= limits.max_head => break,
+                Batch::NeedMore | Batch::Other => return Ok(Exit::HandOff(stream, buf.freeze())),
+            }
+        }
+    }
+}
+
+enum Batch {
+    /// Every complete request was answered; the buffer holds at most the
+    /// start of the next one.
+    NeedMore,
+    /// The request at the front of the buffer is hyper's.
+    Other,
+    /// `OUT_LIMIT` reached: write, then answer the rest.
+    Full,
+}
+
+/// Answers the complete requests at the front of `buf` into `out`,
+/// consuming them, until one is not the lane's; returns how many it answered.
+fn answer_all(buf: &mut BytesMut, source: &dyn HitSource, out: &mut Vec<u8>) -> (u64, Batch) {
+    let mut count = 0;
+    let batch = loop {
+        if buf.is_empty() {
+            break Batch::NeedMore;
+        }
+        if out.len() >= OUT_LIMIT {
+            break Batch::Full;
+        }
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut headers);
+        let len = match req.parse(buf) {
+            Ok(httparse::Status::Complete(len)) => len,
+            Ok(httparse::Status::Partial) => break Batch::NeedMore,
+            Err(_) => break Batch::Other,
+        };
+        let head = match req.method {
+            Some("GET") => false,
+            Some("HEAD") => true,
+            _ => break Batch::Other,
+        };
+        let target = req.path.unwrap_or("");
+        if req.version != Some(1) || !target.starts_with('/') || !req.headers.iter().all(neutral) {
+            break Batch::Other;
+        }
+        if !source.render(target, head, req.headers, out) {
+            break Batch::Other;
+        }
+        buf.advance(len);
+        count += 1;
+    };
+    (count, batch)
+}
+
+fn neutral(h: &httparse::Header<'_>) -> bool {
+    let name = h.name;
+    NEUTRAL.iter().any(|n| n.eq_ignore_ascii_case(name))
+        && (!name.eq_ignore_ascii_case("connection") || h.value.eq_ignore_ascii_case(b"keep-alive"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Answers `/hit` with a fixed response; everything else is a miss.
+    struct OneObject;
+
+    impl HitSource for OneObject {
+        fn render(&self, target: &str, head: bool, _: &[httparse::Header<'_>], out: &mut Vec<u8>) -> bool {
+            if target != "/hit" {
+                return false;
+            }
+            out.extend_from_slice(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n");
+            if !head {
+                out.extend_from_slice(b"ok");
+            }
+            true
+        }
+    }
+
+    fn answer(input: &[u8]) -> (Vec<u8>, Vec<u8>, bool) {
+        let mut buf = BytesMut::from(input);
+        let mut out = Vec::new();
+        let handed = matches!(answer_all(&mut buf, &OneObject, &mut out).1, Batch::Other);
+        (out, buf.to_vec(), handed)
+    }
+
+    #[test]
+    fn pipelined_hits_are_answered_in_order_and_a_partial_head_waits() {
+        let get = b"GET /hit HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n";
+        let input = [&get[..], b"HEAD /hit HTTP/1.1\r\nHost: x\r\n\r\n", b"GET /hi"].concat();
+        let (out, rest, handed) = answer(&input);
+        assert!(!handed);
+        assert_eq!(out, b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nokHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n");
+        assert_eq!(rest, b"GET /hi");
+    }
+
+    #[test]
+    fn the_first_request_not_answered_and_all_after_it_stay_for_hyper() {
+        let hit = b"GET /hit HTTP/1.1\r\n\r\n";
+        for other in [
+            &b"GET /miss HTTP/1.1\r\n\r\n"[..],
+            b"GET /hit HTTP/1.1\r\nRange: bytes=0-0\r\n\r\n",
+            b"GET /hit HTTP/1.1\r\nIf-None-Match: \"x\"\r\n\r\n",
+            b"GET /hit HTTP/1.1\r\nAuthorization: Basic eDp5\r\n\r\n",
+            b"GET /hit HTTP/1.1\r\nCache-Control: no-cache\r\n\r\n",
+            b"GET /hit HTTP/1.1\r\nConnection: close\r\n\r\n",
+            b"GET /hit HTTP/1.0\r\n\r\n",
+            b"POST /hit HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+            b"GET http://x/hit HTTP/1.1\r\n\r\n",
+            b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+            b"GET /hit HTTP/1.1\r\nBad Header\r\n\r\n",
+        ] {
+            let input = [&hit[..], other, hit].concat();
+            let (out, rest, handed) = answer(&input);
+            assert!(handed, "{}", String::from_utf8_lossy(other));
+            assert_eq!(out, b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+            assert_eq!(rest, [other, &hit[..]].concat(), "{}", String::from_utf8_lossy(other));
+        }
+    }
+}

@@ -1,0 +1,44 @@
+//! The tier's answers for the hit lane ([`crate::hitlane`]): whole stored
+//! objects of one block, fresh and not varied, written as complete
+//! responses from the object's prerendered head and its resident block.
+//! Anything else is left to the tier's full path behind hyper.
+
+use super::OriginTier;
+use crate::{hitlane::HitSource, rfc9111};
+use http::HeaderMap;
+use std::{io::Write, time::SystemTime};
+
+impl HitSource for OriginTier {
+    fn render(&self, target: &str, head: bool, headers: &[httparse::Header<'_>], out: &mut Vec<u8>) -> bool {
+        let Some(obj) = self.store.object(target) else { return false };
+        let now = SystemTime::now();
+        // The lane lets through no request header that bears on freshness
+        // (Cache-Control, Pragma), so the request's own limits are empty.
+        let whole_block = obj.size > 0 && obj.size <= u64::from(self.block_size);
+        let selected = rfc9111::vary_matches_by(&obj.vary, &obj.vary_values, |f| {
+            headers.iter().filter(move |h| h.name.eq_ignore_ascii_case(f.as_str())).map(|h| h.value)
+        });
+        if !whole_block || !selected || !obj.freshness.usable(&HeaderMap::new(), now) {
+            return false;
+        }
+        let body = if head {
+            None
+        } else {
+            match self.store.block(obj.version, 0) {
+                Some(bytes) => Some(bytes),
+                None => return false,
+            }
+        };
+        self.metrics.hits.inc();
+        out.extend_from_slice(&obj.wire_head);
+        let _ = write!(out, "age: {}\r\n", obj.freshness.age(now).as_secs());
+        if !obj.headers.contains_key(http::header::DATE) {
+            let _ = write!(out, "date: {}\r\n", httpdate::fmt_http_date(now));
+        }
+        out.extend_from_slice(b"\r\n");
+        if let Some(bytes) = body {
+            out.extend_from_slice(&bytes);
+        }
+        true
+    }
+}
