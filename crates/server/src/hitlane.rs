@@ -17,7 +17,11 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 use prometheus_client::metrics::counter::Counter;
-use std::{io, time::Duration};
+use std::{
+    cell::RefCell,
+    io,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
@@ -145,6 +149,21 @@ fn answer_all(buf: &mut BytesMut, source: &dyn HitSource, out: &mut Vec<u8>) -> 
         count += 1;
     };
     (count, batch)
+}
+
+/// Appends `date: <now>\r\n`, formatted once a second per thread.
+pub(crate) fn put_date(out: &mut Vec<u8>, now: SystemTime) {
+    thread_local! {
+        static DATE: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
+    }
+    let secs = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+    DATE.with_borrow_mut(|(at, text)| {
+        if *at != secs {
+            *text = format!("date: {}\r\n", httpdate::fmt_http_date(now));
+            *at = secs;
+        }
+        out.extend_from_slice(text.as_bytes());
+    });
 }
 
 fn neutral(h: &httparse::Header<'_>) -> bool {

@@ -87,7 +87,12 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>) -> Result<Response<Re
                 let (state, file) = (state.clone(), file.clone());
                 tokio::spawn(async move { file.index(state.files.root()).await.ok() });
             }
-            plain(state, &file, h, head)
+            let res = plain(state, &file, h, head);
+            if !head && res.status() == StatusCode::OK && state.small.wants(&file) {
+                let read = state.metrics.storage_read_bytes.clone();
+                state.small.admit(state.files.root().to_owned(), read, file.clone(), req.uri().path());
+            }
+            res
         }
     };
     let rh = res.headers_mut();
@@ -110,7 +115,12 @@ fn status_only(status: StatusCode) -> Response<ResBody> {
 /// Whether the client lists the native media type with a non-zero quality
 /// (`;q=0` means "not acceptable", RFC 9110 §12.5.1).
 fn wants_native(h: &HeaderMap) -> bool {
-    h.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).any(|item| {
+    lists_native(h.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()))
+}
+
+/// [`wants_native`] over the values of the request's Accept fields.
+pub(crate) fn lists_native<'a>(accept: impl Iterator<Item = &'a str>) -> bool {
+    accept.flat_map(|v| v.split(',')).any(|item| {
         let mut params = item.split(';');
         let is_native = params.next().is_some_and(|t| t.trim().eq_ignore_ascii_case(NATIVE_TYPE));
         let q = params

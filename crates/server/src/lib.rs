@@ -41,6 +41,7 @@ mod pacer;
 pub mod rfc9110;
 pub mod rfc9111;
 mod sendfile;
+mod small;
 
 pub use config::{FileConfig, ServeConfig};
 pub use error::HttpError;
@@ -67,6 +68,8 @@ pub(crate) struct AppState {
     registry: Registry,
     /// Set with `--origin`: requests go to the caching tier, not the directory.
     origin: Option<Arc<origin::OriginTier>>,
+    /// Whole small local files for the hit lane (no budget with an origin).
+    small: Arc<small::SmallFiles>,
 }
 
 #[derive(Debug)]
@@ -93,6 +96,13 @@ impl Server {
         // With an origin, the one cache budget goes to the origin tier: the
         // scheduler's block cache (and its arena) holds nothing, as no local
         // file is served.
+        // Locally, small files get their share of the budget; the
+        // scheduler's block cache the rest.
+        let mut cfg = cfg;
+        let block = u64::from(cfg.sched.block_size);
+        let small_budget = if cfg.origin.is_none() { small::share(cfg.sched.cache_bytes, block) } else { 0 };
+        cfg.sched.cache_bytes -= small_budget;
+        let small = Arc::new(small::SmallFiles::new(small_budget, block));
         let arena = if cfg.zero_copy && cfg.origin.is_none() { cache_arena(&cfg) } else { None };
         let storage = driver::Storage {
             io_threads: cfg.io_threads,
@@ -102,7 +112,8 @@ impl Server {
         let driver = driver::spawn(cfg.sched.clone(), storage, metrics.clone());
         let origin =
             cfg.origin.as_ref().map(|o| Arc::new(origin::OriginTier::new(o, cfg.sched.cache_bytes, &mut registry)));
-        Ok(Server { listener, arena, state: Arc::new(AppState { files, driver, metrics, registry, origin }), cfg })
+        let state = Arc::new(AppState { files, driver, metrics, registry, origin, small });
+        Ok(Server { listener, arena, state, cfg })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -158,9 +169,14 @@ impl Server {
             let state = self.state.clone();
             let permit = slots.clone().try_acquire_owned().ok();
             let busy = permit.is_none();
-            // Resident small objects of the origin tier are answered before
-            // hyper sees the connection (Lava's hit server).
-            let lane = state.origin.clone().filter(|_| !busy);
+            // Resident small objects (of the origin tier, or whole small
+            // local files) are answered before hyper sees the connection
+            // (Lava's hit server).
+            let lane: Option<Arc<dyn hitlane::HitSource>> = match &state.origin {
+                _ if busy => None,
+                Some(tier) => Some(tier.clone()),
+                None => Some(state.clone()),
+            };
             let (builder, arena, watcher, stopping) =
                 (builder.clone(), self.arena.clone(), graceful.watcher(), stopping.clone());
             let metrics = self.state.metrics.clone();

@@ -32,6 +32,8 @@ pub struct Metrics {
     pub cache_misses: Counter,
     pub active_clients: Family<RoleLabel, Gauge>,
     pub active_files: Gauge,
+    /// Refreshed at each scrape.
+    pub small_files_bytes: Gauge,
 }
 
 impl Metrics {
@@ -50,6 +52,7 @@ impl Metrics {
             cache_misses: Counter::default(),
             active_clients: Family::default(),
             active_files: Gauge::default(),
+            small_files_bytes: Gauge::default(),
         };
         let r = registry.sub_registry_with_prefix("circus");
         r.register("sent_bytes", "Block bytes handed to client sockets", m.sent_bytes.clone());
@@ -65,6 +68,11 @@ impl Metrics {
         r.register("download_duration_seconds", "Completed download durations", m.download_seconds.clone());
         r.register("active_clients", "Downloads in progress by role", m.active_clients.clone());
         r.register("active_files", "Files with downloads in progress", m.active_files.clone());
+        r.register(
+            "small_files_resident_bytes",
+            "Bytes of whole small files kept for the hit lane",
+            m.small_files_bytes.clone(),
+        );
         m
     }
 }

@@ -29,6 +29,7 @@ pub async fn metrics(state: &Arc<AppState>) -> Response<ResBody> {
     if let Some(origin) = &state.origin {
         origin.observe();
     }
+    state.metrics.small_files_bytes.set(state.small.used() as i64);
     let mut out = String::new();
     if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &state.registry) {
         tracing::error!(error = %e, "encoding metrics");

@@ -4,7 +4,10 @@
 //! Anything else is left to the tier's full path behind hyper.
 
 use super::OriginTier;
-use crate::{hitlane::HitSource, rfc9111};
+use crate::{
+    hitlane::{self, HitSource},
+    rfc9111,
+};
 use http::HeaderMap;
 use std::{io::Write, time::SystemTime};
 
@@ -33,7 +36,7 @@ impl HitSource for OriginTier {
         out.extend_from_slice(&obj.wire_head);
         let _ = write!(out, "age: {}\r\n", obj.freshness.age(now).as_secs());
         if !obj.headers.contains_key(http::header::DATE) {
-            let _ = write!(out, "date: {}\r\n", httpdate::fmt_http_date(now));
+            hitlane::put_date(out, now);
         }
         out.extend_from_slice(b"\r\n");
         if let Some(bytes) = body {

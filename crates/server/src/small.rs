@@ -1,0 +1,263 @@
+//! Whole small files (one block or less) kept as complete responses, so
+//! that the hit lane ([`crate::hitlane`]) answers them without the
+//! scheduler: for a file that fits one block there is nothing to share
+//! out of order, and a driver round trip per request cost 8x nginx's rate.
+//!
+//! A file is admitted after hyper's full path has answered a plain GET for
+//! it: one storage read, the hash index (for `Repr-Digest`), and the head
+//! rendered with the same fields the full path writes. Entries are
+//! re-resolved through the [`FileTable`] at most once a second (as nginx's
+//! `open_file_cache_valid`): a changed or removed file drops its entry
+//! within a second, and until then the old bytes go out with the old
+//! validators, never a mix. The store has its own share of the cache
+//! budget (quick_cache, weighed in bytes).
+
+use crate::{
+    AppState,
+    files::{FileEntry, FileTable},
+    hitlane::{self, HitSource},
+};
+use base64::Engine;
+use bytes::Bytes;
+use circus_core::FileId;
+use prometheus_client::metrics::counter::Counter;
+use quick_cache::{Weighter, sync::Cache};
+use rustc_hash::FxHashSet;
+use std::{
+    io::Write,
+    path::PathBuf,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+/// Charged per entry on top of its bytes: the struct, key and table slot.
+const ENTRY_OVERHEAD: u64 = 192;
+
+#[derive(Debug)]
+struct Small {
+    id: FileId,
+    /// Status line and fixed fields, without `date` and the blank line.
+    head: Bytes,
+    body: Bytes,
+    /// Unix second of the last check that the path still names this version.
+    checked: AtomicU64,
+}
+
+#[derive(Debug, Clone)]
+struct ByBytes;
+
+impl Weighter<String, Arc<Small>> for ByBytes {
+    fn weight(&self, key: &String, val: &Arc<Small>) -> u64 {
+        ENTRY_OVERHEAD + (key.len() + val.head.len() + val.body.len()) as u64
+    }
+}
+
+pub(crate) struct SmallFiles {
+    /// By request path, still percent-encoded (as the lane sees it).
+    cache: Cache<String, Arc<Small>, ByBytes>,
+    /// Versions being read for admission, so a crowd reads a file once.
+    admitting: Mutex<FxHashSet<FileId>>,
+    /// Largest file kept: one block.
+    max_size: u64,
+    budget: u64,
+}
+
+impl std::fmt::Debug for SmallFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SmallFiles").field("budget", &self.budget).field("used", &self.cache.weight()).finish()
+    }
+}
+
+impl SmallFiles {
+    pub fn new(budget: u64, max_size: u64) -> Self {
+        let items = (budget / (max_size / 4).max(1024)).clamp(16, 1 << 20) as usize;
+        SmallFiles {
+            cache: Cache::with_weighter(items, budget.max(1), ByBytes),
+            admitting: Mutex::default(),
+            max_size,
+            budget,
+        }
+    }
+
+    /// Whether a whole plain response for `file` should be kept.
+    pub fn wants(&self, file: &FileEntry) -> bool {
+        self.budget > 0 && file.size > 0 && file.size <= self.max_size
+    }
+
+    /// Reads `file` (served from `root`) once and keeps its whole response
+    /// under `url_path`, in the background, counting the read in
+    /// `read_bytes`; a second call for a version being admitted is a no-op.
+    pub fn admit(self: &Arc<Self>, root: PathBuf, read_bytes: Counter, file: Arc<FileEntry>, url_path: &str) {
+        if !self.admitting.lock().expect("admitting lock").insert(file.id) {
+            return;
+        }
+        let (this, url_path) = (self.clone(), url_path.to_owned());
+        tokio::spawn(async move {
+            let built = Self::build(&root, &read_bytes, &file).await;
+            match built {
+                Ok(small) => this.cache.insert(url_path, Arc::new(small)),
+                Err(e) => tracing::debug!(path = %file.rel, error = %e, "small file not kept"),
+            }
+            this.admitting.lock().expect("admitting lock").remove(&file.id);
+        });
+    }
+
+    async fn build(root: &std::path::Path, read_bytes: &Counter, file: &Arc<FileEntry>) -> Result<Small, String> {
+        let index = file.index(root).await.map_err(|e| e.to_string())?;
+        let f = file.clone();
+        let read = tokio::task::spawn_blocking(move || f.reader()?.read_block(0, f.size as u32));
+        let bytes = read.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
+        read_bytes.inc_by(bytes.len() as u64);
+        if !index.verify(0, &bytes) {
+            return Err("the file changed while it was read".into());
+        }
+        let digest = base64::engine::general_purpose::STANDARD.encode(index.sha256);
+        Ok(Small {
+            id: file.id,
+            head: Bytes::from(head(file, &digest)),
+            // Exactly the file's bytes: the read buffer is rounded up for O_DIRECT.
+            body: Bytes::copy_from_slice(&bytes),
+            checked: AtomicU64::new(unix_secs(SystemTime::now())),
+        })
+    }
+
+    /// The response for `url_path`, if kept and still current.
+    fn current(&self, files: &FileTable, url_path: &str, now: SystemTime) -> Option<Arc<Small>> {
+        let small = self.cache.get(url_path)?;
+        let secs = unix_secs(now);
+        if small.checked.load(Ordering::Relaxed) < secs {
+            // Blocking, at most once a second per file: a path resolution
+            // and a stat, as nginx makes on every request.
+            if files.lookup(url_path).ok().is_none_or(|f| f.id != small.id) {
+                self.cache.remove(url_path);
+                return None;
+            }
+            small.checked.store(secs, Ordering::Relaxed);
+        }
+        Some(small)
+    }
+
+    /// Bytes held now.
+    pub fn used(&self) -> u64 {
+        self.cache.weight()
+    }
+
+    /// [`HitSource::render`] for the files of `files`.
+    fn render(
+        &self,
+        files: &FileTable,
+        target: &str,
+        head: bool,
+        headers: &[httparse::Header<'_>],
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let path = target.split_once('?').map_or(target, |(p, _)| p);
+        // A native client gets the block stream from the full path.
+        let accepts = headers.iter().filter(|h| h.name.eq_ignore_ascii_case("accept"));
+        if crate::http::lists_native(accepts.filter_map(|h| std::str::from_utf8(h.value).ok())) {
+            return false;
+        }
+        let now = SystemTime::now();
+        let Some(small) = self.current(files, path, now) else { return false };
+        out.extend_from_slice(&small.head);
+        hitlane::put_date(out, now);
+        out.extend_from_slice(b"\r\n");
+        if !head {
+            out.extend_from_slice(&small.body);
+        }
+        true
+    }
+}
+
+/// The local directory's answers for the hit lane.
+impl HitSource for AppState {
+    fn render(&self, target: &str, head: bool, headers: &[httparse::Header<'_>], out: &mut Vec<u8>) -> bool {
+        self.small.render(&self.files, target, head, headers, out)
+    }
+}
+
+/// The small store's share of the cache budget: a sixteenth, leaving the
+/// scheduler at least two blocks.
+pub fn share(cache: u64, block: u64) -> u64 {
+    (cache / 16).min(cache.saturating_sub(2 * block))
+}
+
+/// The fields the full path writes for a whole 200 (`http::plain` and
+/// `http::route`), in the wire form.
+fn head(file: &FileEntry, digest: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    let modified = httpdate::fmt_http_date(file.modified);
+    let _ = write!(
+        out,
+        "HTTP/1.1 200 OK\r\ncontent-type: {}\r\ncontent-length: {}\r\naccept-ranges: bytes\r\netag: {}\r\nlast-modified: {modified}\r\nvary: Accept\r\nrepr-digest: sha-256=:{digest}:\r\n",
+        file.content_type, file.size, file.etag
+    );
+    out
+}
+
+fn unix_secs(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_kept_file_is_answered_whole_and_dropped_once_it_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("s.txt"), b"small file").unwrap();
+        let files = FileTable::new(dir.path(), 4096).unwrap();
+        let small = Arc::new(SmallFiles::new(1 << 20, 4096));
+        let file = files.lookup("/s.txt").unwrap();
+        assert!(small.wants(&file));
+        let read = Counter::default();
+        small.admit(files.root().to_owned(), read.clone(), file, "/s.txt");
+        let kept = |s: &SmallFiles| s.cache.get("/s.txt").is_some();
+        for _ in 0..200 {
+            if kept(&small) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(read.get(), 10, "one read of the file");
+        let lane = |target: &str, headers: &[httparse::Header<'_>], out: &mut Vec<u8>| {
+            small.render(&files, target, false, headers, out)
+        };
+        let mut out = Vec::new();
+        assert!(lane("/s.txt?x=1", &[], &mut out));
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.starts_with("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 10\r\n"), "{text}");
+        assert!(text.contains("\r\ndate: ") && text.ends_with("\r\n\r\nsmall file"), "{text}");
+        let native = [httparse::Header { name: "Accept", value: b"application/vnd.circus.blocks" }];
+        assert!(!lane("/s.txt", &native, &mut Vec::new()), "native clients go to the full path");
+
+        // Rewritten: within a second the entry is checked again and dropped.
+        std::fs::write(dir.path().join("s.txt"), b"changed!!!!").unwrap();
+        small.cache.get("/s.txt").unwrap().checked.store(0, Ordering::Relaxed);
+        assert!(!lane("/s.txt", &[], &mut Vec::new()));
+        assert!(!kept(&small));
+    }
+
+    #[test]
+    fn files_larger_than_a_block_or_empty_are_not_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("big"), vec![1u8; 5000]).unwrap();
+        std::fs::write(dir.path().join("empty"), b"").unwrap();
+        let files = FileTable::new(dir.path(), 4096).unwrap();
+        let small = SmallFiles::new(1 << 20, 4096);
+        assert!(!small.wants(&files.lookup("/big").unwrap()));
+        assert!(!small.wants(&files.lookup("/empty").unwrap()));
+        assert!(!SmallFiles::new(0, 4096).wants(&files.lookup("/big").unwrap()));
+    }
+
+    #[test]
+    fn the_share_leaves_the_scheduler_two_blocks() {
+        assert_eq!(share(256 << 20, 64 << 10), 16 << 20);
+        assert_eq!(share(128 << 10, 64 << 10), 0);
+    }
+}
+
