@@ -403,28 +403,6 @@ fn small_objects_are_hits_until_stale_then_revalidated_with_the_etag() {
     assert_eq!((r.status, r.body.as_slice()), (206, &data[10..20]));
 }
 
-/// Reads one response from `r`: status, headers, body (none for HEAD).
-fn read_response(r: &mut BufReader<TcpStream>, head: bool) -> (u16, HashMap<String, String>, Vec<u8>) {
-    let mut line = String::new();
-    r.read_line(&mut line).unwrap();
-    let status = line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let mut headers = HashMap::new();
-    loop {
-        let mut h = String::new();
-        r.read_line(&mut h).unwrap();
-        let h = h.trim_end();
-        if h.is_empty() {
-            break;
-        }
-        let (n, v) = h.split_once(':').unwrap();
-        assert!(headers.insert(n.trim().to_ascii_lowercase(), v.trim().to_owned()).is_none(), "{n} twice");
-    }
-    let len: usize = if head { 0 } else { headers["content-length"].parse().unwrap() };
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body).unwrap();
-    (status, headers, body)
-}
-
 #[test]
 fn pipelined_hits_answered_before_hyper_match_the_full_path_and_hand_over_in_order() {
     let (a, b) = (pattern(1024, 5), pattern(10 * 1024, 6));
@@ -460,7 +438,7 @@ fn pipelined_hits_answered_before_hyper_match_the_full_path_and_hand_over_in_ord
     s.write_all(burst.as_bytes()).unwrap();
     let mut r = BufReader::new(s);
     let responses: Vec<_> =
-        [false, false, true, false, false, false, false].map(|head| read_response(&mut r, head)).into();
+        [false, false, true, false, false, false, false].map(|head| common::read_response(&mut r, head)).into();
     let bodies: Vec<(u16, &[u8])> = responses.iter().map(|(st, _, body)| (*st, body.as_slice())).collect();
     let (a, b) = (&a[..], &b[..]);
     assert_eq!(bodies, [(200, a), (200, b), (200, &[][..]), (200, b), (206, &a[3..10]), (200, a), (200, a)]);

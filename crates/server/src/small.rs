@@ -260,4 +260,3 @@ mod tests {
         assert_eq!(share(128 << 10, 64 << 10), 0);
     }
 }
-

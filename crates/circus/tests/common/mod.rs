@@ -1,7 +1,9 @@
 //! The built binary as a child process, shared by the end-to-end tests.
 
 use std::{
-    io::{BufRead, BufReader},
+    collections::HashMap,
+    io::{BufRead, BufReader, Read},
+    net::TcpStream,
     process::{Child, Command, Stdio},
 };
 
@@ -38,4 +40,27 @@ pub fn serve(args: &[&str]) -> ServerProc {
     let addr = line.trim().strip_prefix("circus listening on http://").unwrap_or_else(|| panic!("{line:?}"));
     server.addr = addr.to_owned();
     server
+}
+
+/// Reads one response from `r`: status, headers, body (none for HEAD).
+#[allow(dead_code, reason = "each test binary compiles this module; not all read raw responses")]
+pub fn read_response(r: &mut BufReader<TcpStream>, head: bool) -> (u16, HashMap<String, String>, Vec<u8>) {
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    let status = line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let mut headers = HashMap::new();
+    loop {
+        let mut h = String::new();
+        r.read_line(&mut h).unwrap();
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        let (n, v) = h.split_once(':').unwrap();
+        assert!(headers.insert(n.trim().to_ascii_lowercase(), v.trim().to_owned()).is_none(), "{n} twice");
+    }
+    let len: usize = if head { 0 } else { headers["content-length"].parse().unwrap() };
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).unwrap();
+    (status, headers, body)
 }

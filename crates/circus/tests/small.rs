@@ -1,0 +1,95 @@
+//! End-to-end tests of the hit lane for whole small local files: after one
+//! plain GET through the full path, pipelined requests for the file are
+//! answered before hyper with the same fields and bytes, the first request
+//! the lane does not take hands the connection over in order, and a file
+//! rewritten on disk is served anew within about a second.
+
+mod common;
+
+use std::{
+    collections::HashMap,
+    io::{BufReader, Write},
+    net::TcpStream,
+    time::{Duration, Instant},
+};
+
+/// One keep-alive connection: sends `requests` in one write and reads
+/// one response per request (`true` marks a HEAD).
+fn pipelined(addr: &str, requests: &[(&str, bool)]) -> Vec<(u16, HashMap<String, String>, Vec<u8>)> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let burst: String = requests.iter().map(|(r, _)| *r).collect();
+    s.write_all(burst.as_bytes()).unwrap();
+    let mut r = BufReader::new(s);
+    requests.iter().map(|&(_, head)| common::read_response(&mut r, head)).collect()
+}
+
+/// The value of an unlabelled metric on /metrics.
+fn metric(addr: &str, name: &str) -> f64 {
+    let got = pipelined(addr, &[("GET /metrics HTTP/1.1\r\nhost: t\r\n\r\n", false)]);
+    let text = String::from_utf8(got[0].2.clone()).unwrap();
+    text.lines().find_map(|l| l.strip_prefix(name)?.trim().parse().ok()).unwrap_or(0.0)
+}
+
+#[test]
+fn small_files_are_answered_by_the_lane_like_the_full_path_and_follow_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..3000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(dir.path().join("m.json"), &data).unwrap();
+    let server = common::serve(&[dir.path().to_str().unwrap()]);
+    let addr = server.addr.as_str();
+    let get = "GET /m.json HTTP/1.1\r\nhost: t\r\n\r\n";
+
+    // The full path answers first and admits the file in the background.
+    let first = pipelined(addr, &[(get, false)]);
+    assert_eq!((first[0].0, first[0].2.as_slice()), (200, data.as_slice()));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while metric(addr, "circus_small_files_resident_bytes") == 0.0 {
+        assert!(Instant::now() < deadline, "the small file was never kept");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let reads = metric(addr, "circus_storage_read_bytes_total");
+    let hits = pipelined(addr, &[(get, false), (get, false), (get, false)]);
+    assert!(hits.iter().all(|r| r.2 == data));
+    assert_eq!(metric(addr, "circus_storage_read_bytes_total"), reads, "the lane reads nothing from storage");
+
+    let responses = pipelined(
+        addr,
+        &[
+            (get, false),
+            ("HEAD /m.json HTTP/1.1\r\nhost: t\r\n\r\n", true),
+            ("GET /m.json?v=2 HTTP/1.1\r\nhost: t\r\nconnection: keep-alive\r\n\r\n", false),
+            ("GET /m.json HTTP/1.1\r\nhost: t\r\nrange: bytes=10-19\r\n\r\n", false),
+            (get, false),
+        ],
+    );
+    let statuses: Vec<u16> = responses.iter().map(|r| r.0).collect();
+    assert_eq!(statuses, [200, 200, 200, 206, 200]);
+    assert_eq!(responses[0].2, data);
+    assert_eq!(responses[2].2, data);
+    assert_eq!(responses[3].2, data[10..20]);
+    assert_eq!(responses[4].2, data, "hyper answers after the hand-over");
+    // The lane's fields are the full path's (the last response is hyper's).
+    let fields = |i: usize| {
+        let mut h = responses[i].1.clone();
+        h.remove("date").expect("a date field");
+        h
+    };
+    assert_eq!(fields(0), fields(4));
+    assert!(fields(0).contains_key("repr-digest"));
+    assert_eq!(responses[1].1["content-length"], "3000");
+
+    // Rewritten with other bytes: within about a second the lane lets go.
+    let changed = vec![9u8; 1234];
+    std::fs::write(dir.path().join("m.json"), &changed).unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    let after = pipelined(addr, &[(get, false)]);
+    assert_eq!(after[0].2, changed);
+    assert_ne!(after[0].1["etag"], responses[0].1["etag"]);
+
+    // Gone from disk: a 404, not the kept bytes.
+    std::fs::remove_file(dir.path().join("m.json")).unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    let gone = pipelined(addr, &[(get, false)]);
+    assert_eq!(gone[0].0, 404);
+}
