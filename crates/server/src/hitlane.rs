@@ -78,7 +78,8 @@ pub(crate) async fn run(
     answered: &Counter,
 ) -> io::Result<Exit> {
     let mut buf = BytesMut::with_capacity(8 * 1024);
-    let mut out = Vec::with_capacity(64 * 1024);
+    // Grows to the largest batch; most connections stay small.
+    let mut out = Vec::new();
     loop {
         let read = tokio::select! {
             read = tokio::time::timeout(limits.idle, stream.read_buf(&mut buf)) => read,
