@@ -11,10 +11,26 @@ use std::{net::SocketAddr, path::PathBuf};
 pub struct ServeArgs {
     /// Directory whose files are served (omit it with --origin).
     dir: Option<PathBuf>,
-    /// Serve this HTTP origin (http://host:port/) through the caching tier
-    /// instead of a directory; --cache is then the tier's memory budget.
+    /// Serve this origin through the caching tier instead of a directory:
+    /// an HTTP server (http://host:port/) or an S3 bucket
+    /// (s3://BUCKET[/PREFIX]); --cache is then the tier's memory budget.
     #[arg(long)]
     origin: Option<String>,
+    /// S3-compatible endpoint (e.g. http://127.0.0.1:9000) instead of AWS;
+    /// buckets are addressed path style. Credentials come from
+    /// AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the config file.
+    #[arg(long)]
+    s3_endpoint: Option<String>,
+    /// S3 region (default: AWS_REGION, else us-east-1).
+    #[arg(long)]
+    s3_region: Option<String>,
+    /// Allow plain HTTP to the S3 endpoint (implied by an http:// endpoint).
+    #[arg(long)]
+    s3_allow_http: Option<bool>,
+    /// Seconds S3 objects without a Cache-Control of their own stay fresh
+    /// (default: heuristic, a tenth of their age, at most a day).
+    #[arg(long)]
+    s3_max_age: Option<u64>,
     /// Unit of origin fetches and storage (default 1MiB).
     #[arg(long)]
     origin_block: Option<ByteSize>,
@@ -77,9 +93,9 @@ impl ServeArgs {
                 anyhow::bail!("{} is not a directory: give the directory whose files to serve", dir.display())
             }
             (Some(dir), None) => dir.clone(),
-            // The directory table is built but never consulted with an origin.
-            (None, Some(_)) => std::env::temp_dir(),
-            (None, None) => anyhow::bail!("nothing to serve: give a directory, or --origin http://host:port/"),
+            // The directory table is built but never consulted with an
+            // origin (from --origin or the config file: checked below).
+            (None, _) => std::env::temp_dir(),
         };
         let mut cfg = ServeConfig::new(root);
         if let Some(path) = &self.config {
@@ -106,10 +122,20 @@ impl ServeArgs {
             origin: self.origin.clone(),
             origin_block: self.origin_block,
             origin_timeout_secs: self.origin_timeout,
+            s3_endpoint: self.s3_endpoint.clone(),
+            s3_region: self.s3_region.clone(),
+            s3_allow_http: self.s3_allow_http,
+            s3_max_age_secs: self.s3_max_age,
             ..FileConfig::default()
         };
         flags.apply(&mut cfg).context("invalid settings")?;
-        Ok(cfg)
+        match (&self.dir, &cfg.origin) {
+            (Some(_), Some(_)) => anyhow::bail!("give either DIR or an origin (in the config file), not both"),
+            (None, None) => {
+                anyhow::bail!("nothing to serve: give a directory, or --origin http://host:port/ or s3://BUCKET")
+            }
+            _ => Ok(cfg),
+        }
     }
 }
 
@@ -121,7 +147,7 @@ pub fn main(args: ServeArgs) -> anyhow::Result<()> {
         let server = Server::bind(cfg.clone()).await.with_context(|| format!("cannot listen on {}", cfg.listen))?;
         // Tests and scripts read this line to find the port when given :0.
         println!("circus listening on http://{}", server.local_addr());
-        tracing::info!(root = %cfg.root.display(), origin = ?cfg.origin.as_ref().map(|o| o.url.to_string()), cache = %ByteSize(cfg.sched.cache_bytes), policy = ?cfg.sched.policy, "serving");
+        tracing::info!(root = %cfg.root.display(), origin = ?cfg.origin.as_ref().map(|o| o.source.to_string()), cache = %ByteSize(cfg.sched.cache_bytes), policy = ?cfg.sched.policy, "serving");
         server.run(shutdown_signal()).await?;
         Ok(())
     })

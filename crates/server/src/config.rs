@@ -1,5 +1,6 @@
 //! Server settings: typed, validated, loadable from TOML.
 
+use crate::origin::{OriginSource, S3Config};
 use circus_core::ByteSize;
 use circus_sched::{PolicyKind, SchedConfig};
 use serde::Deserialize;
@@ -76,7 +77,8 @@ pub struct FileConfig {
     pub zero_copy: Option<bool>,
     /// Bytes per second; 0 removes the cap.
     pub read_rate: Option<ByteSize>,
-    /// `http://host:port/`: serve this origin through the caching tier.
+    /// `http://host:port/` or `s3://BUCKET[/PREFIX]`: serve this origin
+    /// through the caching tier.
     pub origin: Option<String>,
     /// Unit of origin fetches (default 1MiB).
     pub origin_block: Option<ByteSize>,
@@ -84,6 +86,18 @@ pub struct FileConfig {
     pub origin_readahead: Option<u32>,
     /// Seconds to wait for the origin's response head or next chunk (default 30).
     pub origin_timeout_secs: Option<u64>,
+    /// An S3-compatible server (`http://127.0.0.1:9000`) instead of AWS;
+    /// buckets are then addressed path style.
+    pub s3_endpoint: Option<String>,
+    pub s3_region: Option<String>,
+    /// Plain HTTP to the endpoint (default: when it is an http:// URL).
+    pub s3_allow_http: Option<bool>,
+    /// Credentials; by default AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
+    pub s3_access_key_id: Option<String>,
+    pub s3_secret_access_key: Option<String>,
+    /// Freshness of objects without a Cache-Control of their own (default:
+    /// heuristic, a tenth of the time since Last-Modified, at most a day).
+    pub s3_max_age_secs: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -135,14 +149,15 @@ impl FileConfig {
             cfg.send_lowat = u32::try_from(b.0).ok().filter(|&v| v > 0);
         }
         if let Some(url) = &self.origin {
-            let uri: http::Uri = url.parse().map_err(|e| ConfigError::Origin(format!("{url}: {e}")))?;
-            if uri.scheme_str() != Some("http") || uri.authority().is_none() {
-                return Err(ConfigError::Origin(format!(
-                    "{url}: give an http://host:port/ URL (https is not supported yet)"
-                )));
+            let source = parse_origin(url)?;
+            match cfg.origin.as_mut() {
+                // An origin named again (a flag over the file) keeps the
+                // other origin settings already given.
+                Some(o) => o.source = carry_s3_settings(source, &o.source),
+                None => cfg.origin = Some(crate::origin::OriginConfig::new(source)),
             }
-            cfg.origin = Some(crate::origin::OriginConfig::new(uri));
         }
+        self.apply_s3(cfg)?;
         if let Some(o) = cfg.origin.as_mut() {
             if let Some(b) = self.origin_block {
                 o.block_size = u32::try_from(b.0).ok().filter(|&v| v > 0).ok_or(ConfigError::BlockTooLarge(b))?;
@@ -153,6 +168,73 @@ impl FileConfig {
         }
         cfg.sched.validate()?;
         Ok(())
+    }
+}
+
+impl FileConfig {
+    fn apply_s3(&self, cfg: &mut ServeConfig) -> Result<(), ConfigError> {
+        fn set<T: Clone>(target: &mut Option<T>, value: &Option<T>) {
+            if value.is_some() {
+                target.clone_from(value);
+            }
+        }
+        let Some(OriginSource::S3(s3)) = cfg.origin.as_mut().map(|o| &mut o.source) else {
+            let given = [
+                ("s3_endpoint", self.s3_endpoint.is_some()),
+                ("s3_region", self.s3_region.is_some()),
+                ("s3_allow_http", self.s3_allow_http.is_some()),
+                ("s3_access_key_id", self.s3_access_key_id.is_some()),
+                ("s3_secret_access_key", self.s3_secret_access_key.is_some()),
+                ("s3_max_age_secs", self.s3_max_age_secs.is_some()),
+            ];
+            return match given.iter().find(|(_, set)| *set) {
+                Some((name, _)) => Err(ConfigError::Origin(format!(
+                    "setting {name} applies to an S3 origin only: give origin = \"s3://BUCKET\" (--origin s3://BUCKET)"
+                ))),
+                None => Ok(()),
+            };
+        };
+        set(&mut s3.endpoint, &self.s3_endpoint);
+        set(&mut s3.region, &self.s3_region);
+        set(&mut s3.allow_http, &self.s3_allow_http);
+        set(&mut s3.access_key_id, &self.s3_access_key_id);
+        set(&mut s3.secret_access_key, &self.s3_secret_access_key);
+        set(&mut s3.max_age, &self.s3_max_age_secs.map(Duration::from_secs));
+        if let Some(e) = &s3.endpoint
+            && !(e.starts_with("http://") || e.starts_with("https://"))
+        {
+            return Err(ConfigError::Origin(format!("S3 endpoint {e}: give an http:// or https:// URL")));
+        }
+        Ok(())
+    }
+}
+
+/// `http://host:port/prefix` or `s3://BUCKET[/PREFIX]`.
+fn parse_origin(url: &str) -> Result<OriginSource, ConfigError> {
+    if let Some(rest) = url.strip_prefix("s3://") {
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(ConfigError::Origin(format!("{url}: give a bucket, as in s3://BUCKET/PREFIX")));
+        }
+        let prefix = prefix.trim_matches('/').to_owned();
+        return Ok(OriginSource::S3(S3Config { bucket: bucket.to_owned(), prefix, ..S3Config::default() }));
+    }
+    let uri: http::Uri = url.parse().map_err(|e| ConfigError::Origin(format!("{url}: {e}")))?;
+    if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+        return Err(ConfigError::Origin(format!(
+            "{url}: give an http://host:port/ URL (https is not supported yet) or s3://BUCKET[/PREFIX]"
+        )));
+    }
+    Ok(OriginSource::Http(uri))
+}
+
+/// `new` with the S3 settings of `old` when both are S3 origins.
+fn carry_s3_settings(new: OriginSource, old: &OriginSource) -> OriginSource {
+    match (new, old) {
+        (OriginSource::S3(new), OriginSource::S3(old)) => {
+            OriginSource::S3(S3Config { bucket: new.bucket, prefix: new.prefix, ..old.clone() })
+        }
+        (new, _) => new,
     }
 }
 
@@ -179,7 +261,7 @@ mod tests {
         .apply(&mut o)
         .unwrap();
         let origin = o.origin.unwrap();
-        assert_eq!((origin.url.to_string().as_str(), origin.block_size), ("http://127.0.0.1:9000/files", 256 << 10));
+        assert_eq!((origin.source.to_string().as_str(), origin.block_size), ("http://127.0.0.1:9000/files", 256 << 10));
         assert_eq!(origin.timeout, Duration::from_secs(5));
         let tiny = FileConfig::parse("origin = \"http://x/\"\ncache = \"4MiB\"")
             .unwrap()
@@ -187,7 +269,33 @@ mod tests {
         assert!(tiny.unwrap_err().to_string().contains("give --cache 10485760 or more"));
         let https = FileConfig::parse("origin = \"https://x/\"").unwrap().apply(&mut ServeConfig::new("/".into()));
         assert!(https.unwrap_err().to_string().contains("http://host:port/"));
+        let stray = FileConfig::parse("s3_region = \"eu-west-1\"").unwrap().apply(&mut ServeConfig::new("/".into()));
+        assert!(stray.unwrap_err().to_string().contains("applies to an S3 origin only"));
         let bytes = FileConfig::parse("cache = 1048576").unwrap();
         assert_eq!(bytes.cache, Some(ByteSize(1 << 20)));
+    }
+
+    #[test]
+    fn s3_origin_from_file_then_flags() {
+        let mut cfg = ServeConfig::new("/".into());
+        let file = "origin = \"s3://media/v1/\"\ns3_endpoint = \"http://127.0.0.1:9000\"\ns3_region = \"eu-west-1\"\n\
+                    s3_access_key_id = \"AK\"\ns3_secret_access_key = \"SK\"\norigin_block = \"256KiB\"\n";
+        FileConfig::parse(file).unwrap().apply(&mut cfg).unwrap();
+        // A flag naming another bucket keeps the file's endpoint and keys.
+        let flags =
+            FileConfig { origin: Some("s3://other".into()), s3_max_age_secs: Some(60), ..FileConfig::default() };
+        flags.apply(&mut cfg).unwrap();
+        let o = cfg.origin.unwrap();
+        let OriginSource::S3(s3) = &o.source else { panic!("{:?}", o.source) };
+        assert_eq!((s3.bucket.as_str(), s3.prefix.as_str()), ("other", ""));
+        assert_eq!((s3.endpoint.as_deref(), s3.region.as_deref()), (Some("http://127.0.0.1:9000"), Some("eu-west-1")));
+        assert_eq!((s3.access_key_id.as_deref(), s3.max_age), (Some("AK"), Some(Duration::from_secs(60))));
+        assert_eq!(o.block_size, 256 << 10);
+        assert!(!format!("{s3:?}").contains("SK"), "the secret stays out of Debug");
+        let prefixed = parse_origin("s3://media/v1/").unwrap();
+        assert_eq!(prefixed.to_string(), "s3://media/v1");
+        assert!(parse_origin("s3:///x").unwrap_err().to_string().contains("give a bucket"));
+        let bad = FileConfig::parse("origin = \"s3://b\"\ns3_endpoint = \"127.0.0.1:9000\"").unwrap();
+        assert!(bad.apply(&mut ServeConfig::new("/".into())).unwrap_err().to_string().contains("http:// or https://"));
     }
 }

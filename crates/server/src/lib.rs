@@ -110,8 +110,13 @@ impl Server {
             pacer: cfg.read_rate.map(|r| Arc::new(pacer::ReadPacer::new(r))),
         };
         let driver = driver::spawn(cfg.sched.clone(), storage, metrics.clone());
-        let origin =
-            cfg.origin.as_ref().map(|o| Arc::new(origin::OriginTier::new(o, cfg.sched.cache_bytes, &mut registry)));
+        let origin = match &cfg.origin {
+            Some(o) => Some(Arc::new(
+                origin::OriginTier::new(o, cfg.sched.cache_bytes, &mut registry)
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?,
+            )),
+            None => None,
+        };
         let state = Arc::new(AppState { files, driver, metrics, registry, origin, small });
         Ok(Server { listener, arena, state, cfg })
     }

@@ -2,14 +2,19 @@
 //! that are resident (shared `Bytes`, sliced, never copied) or still
 //! arriving from the origin (chunks streamed as they come). An origin
 //! failure ends the body with an error, so hyper cuts the connection and a
-//! client with Content-Length sees a short body, never a wrong one.
+//! client with Content-Length sees a short body, never a wrong one. Also the
+//! bodies of relayed (unstored) responses.
 
-use super::{BlockRef, OriginTier, fetch::BlockFetch, object::Object};
+use super::{BlockRef, OriginTier, fetch::BlockFetch, object::Object, source::OriginBody};
 use crate::{body::BodyError, http::ResBody};
 use bytes::Bytes;
 use http_body::Frame;
 use http_body_util::{BodyExt, StreamBody};
-use std::sync::Arc;
+use std::{
+    pin::Pin,
+    sync::{Arc, Mutex, PoisonError},
+    task::{Context, Poll},
+};
 use tokio::sync::watch;
 
 struct Pending {
@@ -93,4 +98,25 @@ pub fn range(tier: Arc<OriginTier>, obj: Arc<Object>, start: u64, end: u64) -> R
         Some((item.map(Frame::data), c))
     });
     StreamBody::new(stream).boxed()
+}
+
+/// An origin's body relayed as it comes (responses the tier does not store).
+pub fn relayed(body: OriginBody) -> ResBody {
+    Relayed(Mutex::new(body)).boxed()
+}
+
+/// Response bodies must be `Sync` and origin streams (object_store's) are
+/// only `Send`: a Mutex makes the pair `Sync`, and `get_mut` reaches the
+/// stream without ever locking, as the body is polled through `&mut`.
+struct Relayed(Mutex<OriginBody>);
+
+impl http_body::Body for Relayed {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let stream = self.get_mut().0.get_mut().unwrap_or_else(PoisonError::into_inner);
+        futures_util::StreamExt::poll_next_unpin(stream, cx)
+            .map(|item| item.map(|r| r.map(Frame::data).map_err(BodyError::from)))
+    }
 }

@@ -1,4 +1,5 @@
-//! The caching tier in front of an HTTP origin (`circus serve --origin URL`).
+//! The caching tier in front of an origin: an HTTP server (`circus serve
+//! --origin http://host:port/`) or an S3 bucket (`--origin s3://BUCKET`).
 //!
 //! A request is answered from a stored object version when RFC 9111 allows
 //! ([`crate::rfc9111`]): the hit path is two table lookups (the object's
@@ -10,7 +11,8 @@
 //! the origin marks private or no-store, and requests with credentials, are
 //! relayed to their one client and never stored.
 //!
-//! Parts: `client` (the pooled origin client), `object` (a stored version),
+//! Parts: `source` (the origin behind one `get`: `client`, the pooled HTTP
+//! client, or `s3`, a bucket through object_store), `object` (a stored version),
 //! `hit` (whole small objects answered by the hit lane, before hyper),
 //! `fetch` (single-flight block fetches), `store` (the byte budget, S3-FIFO
 //! admission via quick_cache), `body` (response bodies).
@@ -20,27 +22,31 @@ mod client;
 mod fetch;
 mod hit;
 mod object;
+mod s3;
+mod source;
 mod store;
 
+pub use source::{OriginSource, S3Config};
+
 use crate::{
-    body::BodyError,
     error::HttpError,
     http::ResBody,
     rfc9110::{self, Conditionals, Precondition, Ranges, Validators},
     rfc9111::{self, CacheControl},
 };
 use bytes::Bytes;
-use client::{OriginClient, content_range};
+use client::content_range;
 use fetch::BlockFetch;
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri, header};
+use futures_util::StreamExt;
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Empty, Full};
-use hyper::body::Incoming;
 use object::Object;
 use prometheus_client::{
     metrics::{counter::Counter, gauge::Gauge},
     registry::Registry,
 };
 use rustc_hash::FxHashMap;
+use source::{OriginResponse, Source};
 use std::{
     collections::HashMap,
     sync::{
@@ -55,8 +61,8 @@ use tokio::sync::{OnceCell, Semaphore};
 /// Settings of the origin tier.
 #[derive(Debug, Clone)]
 pub struct OriginConfig {
-    /// `http://host:port/prefix`; request paths are appended.
-    pub url: Uri,
+    /// Where objects come from.
+    pub source: OriginSource,
     /// Unit of origin fetches and of storage.
     pub block_size: u32,
     /// Blocks fetched ahead of the furthest reader of an object.
@@ -68,8 +74,8 @@ pub struct OriginConfig {
 }
 
 impl OriginConfig {
-    pub fn new(url: Uri) -> Self {
-        OriginConfig { url, block_size: 1 << 20, readahead: 4, timeout: Duration::from_secs(30), max_fetches: 64 }
+    pub fn new(source: OriginSource) -> Self {
+        OriginConfig { source, block_size: 1 << 20, readahead: 4, timeout: Duration::from_secs(30), max_fetches: 64 }
     }
 }
 
@@ -140,7 +146,7 @@ pub(crate) enum BlockRef {
 
 #[derive(Debug)]
 pub struct OriginTier {
-    client: OriginClient,
+    client: Source,
     store: Store,
     /// Blocks being fetched; an entry is removed after its bytes are in
     /// the store (or it failed), so a reader always finds one or the other.
@@ -176,12 +182,13 @@ pub fn split_budget(cfg: &OriginConfig, budget: u64) -> Result<(u64, u64), Strin
 
 impl OriginTier {
     /// `budget` bytes of memory for descriptions, blocks and fetches in
-    /// flight (checked by the config: see [`split_budget`]).
-    pub fn new(cfg: &OriginConfig, budget: u64, registry: &mut Registry) -> Self {
+    /// flight (checked by the config: see [`split_budget`]). Fails on
+    /// origin settings that cannot work.
+    pub fn new(cfg: &OriginConfig, budget: u64, registry: &mut Registry) -> Result<Self, String> {
         let (fetching, stored) = split_budget(cfg, budget).unwrap_or((budget / 2, budget / 2));
         let fetch_kib_total = u32::try_from(fetching / 1024).unwrap_or(u32::MAX).max(1);
-        OriginTier {
-            client: OriginClient::new(&cfg.url, cfg.timeout),
+        Ok(OriginTier {
+            client: Source::new(&cfg.source, cfg.timeout)?,
             store: Store::new(stored, 16 * 1024, u64::from(cfg.block_size)),
             fetch_kib: Arc::new(Semaphore::new(fetch_kib_total as usize)),
             fetch_kib_total,
@@ -192,7 +199,7 @@ impl OriginTier {
             readahead: cfg.readahead,
             slots: Arc::new(Semaphore::new(cfg.max_fetches.max(1))),
             metrics: OriginMetrics::register(registry),
-        }
+        })
     }
 
     /// Answers a GET or HEAD for `req`'s target.
@@ -259,13 +266,13 @@ impl OriginTier {
             }
         };
         let response_time = SystemTime::now();
-        let status = res.status();
+        let status = res.status;
         if status == StatusCode::NOT_MODIFIED {
             let Some(s) = stale else {
                 return Lookup::Failed("origin answered 304 to an unconditional request".into());
             };
             self.metrics.revalidated.inc();
-            let fresh = Arc::new(s.refreshed(res.headers(), request_time, response_time));
+            let fresh = Arc::new(s.refreshed(&res.headers, request_time, response_time));
             self.store.put_object(target, fresh.clone());
             return Lookup::Stored(fresh);
         }
@@ -274,12 +281,12 @@ impl OriginTier {
             self.store.forget_object(target);
         }
         let (size, last_byte) = match status {
-            StatusCode::PARTIAL_CONTENT => match content_range(res.headers()) {
+            StatusCode::PARTIAL_CONTENT => match content_range(&res.headers) {
                 Some((0, last, size)) => (size, last),
                 _ => return Lookup::Failed("origin sent a Content-Range that does not start the object".into()),
             },
             StatusCode::OK => {
-                match res.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok()) {
+                match res.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok()) {
                     Some(size) => (size, u64::saturating_sub(size, 1)),
                     None => return Lookup::NotShared,
                 }
@@ -288,20 +295,12 @@ impl OriginTier {
             StatusCode::RANGE_NOT_SATISFIABLE => return Lookup::NotShared,
             s => return Lookup::Status(s),
         };
-        if rfc9111::storable(h, status, res.headers()).is_err() {
+        if rfc9111::storable(h, status, &res.headers).is_err() {
             return Lookup::NotShared;
         }
         let version = self.next_version.fetch_add(1, Ordering::Relaxed);
-        let obj = Arc::new(Object::new(
-            target,
-            version,
-            size,
-            self.block_size,
-            h,
-            res.headers(),
-            request_time,
-            response_time,
-        ));
+        let obj =
+            Arc::new(Object::new(target, version, size, self.block_size, h, &res.headers, request_time, response_time));
         let layout = obj.layout;
         if layout.blocks() > 0 {
             let last = layout.block_of(last_byte).expect("in the object");
@@ -382,58 +381,76 @@ impl OriginTier {
         obj: Arc<Object>,
         first: u32,
         fetches: Vec<Arc<BlockFetch>>,
-        res: Option<Response<Incoming>>,
+        res: Option<OriginResponse>,
     ) {
         let tier = self.clone();
         tokio::spawn(async move {
             let mut done = Done { tier: tier.clone(), version: obj.version, first, fetches, next: 0 };
             if let Err(e) = tier.pump(&obj, &mut done, res).await {
                 tier.metrics.origin_errors.inc();
-                tracing::warn!(target = %obj.target, block = first + done.next as u32, error = %e, "origin fetch failed");
-                if e.contains("412") {
+                tracing::warn!(target = %obj.target, block = first + done.next as u32, error = %e.why, "origin fetch failed");
+                if e.changed {
+                    // The next request revalidates and fetches the new version.
                     tier.store.forget_object(&obj.target);
                 }
-                done.fail(&e);
+                done.fail(&e.why);
             }
         });
     }
 
     /// Receives the blocks of `done` from the origin into their fetches.
-    async fn pump(&self, obj: &Object, done: &mut Done, res: Option<Response<Incoming>>) -> Result<(), String> {
+    async fn pump(&self, obj: &Object, done: &mut Done, res: Option<OriginResponse>) -> Result<(), PumpError> {
         let layout = obj.layout;
         let last = done.first + done.fetches.len() as u32 - 1;
         let (start, end) = (layout.offset(done.first), layout.offset(last) + u64::from(layout.block_len(last)) - 1);
         // An origin that ignores Range sends a whole object in one fetch:
         // it takes the whole share rather than wait for more than exists.
         let kib = u32::try_from((end - start + 1).div_ceil(1024)).unwrap_or(u32::MAX).min(self.fetch_kib_total);
-        let _bytes = self.fetch_kib.acquire_many(kib).await.map_err(|e| e.to_string())?;
-        let _slot = self.slots.acquire().await.map_err(|e| e.to_string())?;
+        let _bytes = self.fetch_kib.acquire_many(kib).await.map_err(|e| PumpError::other(e.to_string()))?;
+        let _slot = self.slots.acquire().await.map_err(|e| PumpError::other(e.to_string()))?;
         let res = match res {
             Some(res) => res,
             None => {
                 self.metrics.origin_requests.inc();
-                let res = self.client.get(&obj.target, &obj.fetch_headers(start, end)).await?;
-                let ok = match res.status() {
-                    StatusCode::PARTIAL_CONTENT => content_range(res.headers()) == Some((start, end, obj.size)),
+                let res =
+                    self.client.get(&obj.target, &obj.fetch_headers(start, end)).await.map_err(PumpError::other)?;
+                let ok = match res.status {
+                    StatusCode::PARTIAL_CONTENT => content_range(&res.headers) == Some((start, end, obj.size)),
                     StatusCode::OK => (start, end + 1) == (0, obj.size),
-                    s => return Err(format!("origin answered {} to bytes={start}-{end}", s.as_u16())),
+                    StatusCode::PRECONDITION_FAILED => {
+                        return Err(PumpError::changed(format!("origin object changed (412 to bytes={start}-{end})")));
+                    }
+                    s => {
+                        return Err(PumpError::other(format!("origin answered {} to bytes={start}-{end}", s.as_u16())));
+                    }
                 };
                 if !ok {
-                    return Err(format!("origin answered a different range than bytes={start}-{end}"));
+                    return Err(PumpError::other(format!(
+                        "origin answered a different range than bytes={start}-{end}"
+                    )));
+                }
+                // An origin that ignores If-Match (some S3-compatible
+                // servers do) still names the version it sent.
+                let etag = res.headers.get(header::ETAG).and_then(|v| v.to_str().ok());
+                if let (Some(got), Some(want)) = (etag, obj.etag.as_deref())
+                    && got != want
+                {
+                    return Err(PumpError::changed(format!("origin object changed (ETag {got}, stored {want})")));
                 }
                 res
             }
         };
-        let mut body = res.into_body();
-        while let Some(frame) = tokio::time::timeout(self.client.timeout(), body.frame())
+        let mut body = res.body;
+        let wait = self.client.timeout();
+        while let Some(chunk) = tokio::time::timeout(wait, body.next())
             .await
-            .map_err(|_| format!("origin sent nothing for {:?}", self.client.timeout()))?
+            .map_err(|_| PumpError::other(format!("origin sent nothing for {wait:?}")))?
         {
-            let Ok(mut data) = frame.map_err(|e| format!("origin body: {e}"))?.into_data() else { continue };
+            let mut data = chunk.map_err(PumpError::other)?;
             self.metrics.origin_bytes.inc_by(data.len() as u64);
             while !data.is_empty() {
                 let Some(fetch) = done.fetches.get(done.next) else {
-                    return Err("origin sent more bytes than asked for".into());
+                    return Err(PumpError::other("origin sent more bytes than asked for".into()));
                 };
                 let want = fetch.len_left();
                 let piece = if data.len() > want { data.split_to(want) } else { std::mem::take(&mut data) };
@@ -445,10 +462,10 @@ impl OriginTier {
         }
         if done.next < done.fetches.len() {
             let got = done.fetches[done.next].received();
-            return Err(format!(
+            return Err(PumpError::other(format!(
                 "origin closed the body early (block {} has {got} bytes)",
                 done.first as usize + done.next
-            ));
+            )));
         }
         Ok(())
     }
@@ -535,10 +552,13 @@ impl OriginTier {
             self.metrics.origin_errors.inc();
             HttpError::Origin(e)
         })?;
-        let (mut parts, body) = res.into_parts();
-        client::strip_hop_by_hop(&mut parts.headers);
-        let body = if head { empty() } else { body.map_err(|e| Box::new(e) as BodyError).boxed() };
-        Ok(Response::from_parts(parts, body))
+        let OriginResponse { status, mut headers, body } = res;
+        client::strip_hop_by_hop(&mut headers);
+        let body = if head { empty() } else { body::relayed(body) };
+        let mut res = Response::new(body);
+        *res.status_mut() = status;
+        *res.headers_mut() = headers;
+        Ok(res)
     }
 
     /// Publishes the store's size to /metrics.
@@ -572,6 +592,23 @@ fn empty() -> ResBody {
 
 fn full(bytes: Bytes) -> ResBody {
     Full::new(bytes).map_err(|never| match never {}).boxed()
+}
+
+/// Why a block fetch failed; `changed` when the origin now has another
+/// version of the object, whose blocks must not be mixed with the stored ones.
+struct PumpError {
+    why: String,
+    changed: bool,
+}
+
+impl PumpError {
+    fn other(why: String) -> Self {
+        PumpError { why, changed: false }
+    }
+
+    fn changed(why: String) -> Self {
+        PumpError { why, changed: true }
+    }
 }
 
 /// The blocks of one origin request; on drop (the fetch task ended, even by

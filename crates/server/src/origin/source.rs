@@ -1,0 +1,128 @@
+//! Where origin objects come from: an HTTP server or an S3 bucket, behind
+//! one `get` that speaks HTTP semantics either way (a status, the headers
+//! the tier reads, a body stream). The tier's logic (single flight per
+//! block, read-ahead, versions keyed by ETag, If-Match on later blocks) is
+//! written once against this and knows nothing of either protocol.
+
+use super::{client::OriginClient, s3::S3Origin};
+use bytes::Bytes;
+use futures_util::{StreamExt, stream::BoxStream};
+use http::{HeaderMap, StatusCode, Uri};
+use http_body_util::BodyExt;
+use std::{fmt, time::Duration};
+
+/// Settings of an S3 origin (`s3://BUCKET[/PREFIX]`). Fields left `None`
+/// come from the usual AWS environment variables (`AWS_ACCESS_KEY_ID`,
+/// `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT`, ...).
+#[derive(Clone, Default)]
+pub struct S3Config {
+    pub bucket: String,
+    /// Key prefix without slashes at either end ("" for none); a request
+    /// for `/a/b` reads the key `PREFIX/a/b`.
+    pub prefix: String,
+    /// `http://127.0.0.1:9000` for an S3-compatible server; requests then
+    /// use path style (`ENDPOINT/BUCKET/KEY`).
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    /// Plain HTTP to the endpoint; by default allowed when the endpoint is
+    /// an http:// URL.
+    pub allow_http: Option<bool>,
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<String>,
+    /// Freshness lifetime given to objects that carry no Cache-Control of
+    /// their own (sent as `Cache-Control: max-age=N`); `None` leaves the
+    /// heuristic freshness any HTTP response with Last-Modified gets.
+    pub max_age: Option<Duration>,
+}
+
+// By hand so that the secret key never reaches a log line.
+impl fmt::Debug for S3Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("S3Config")
+            .field("bucket", &self.bucket)
+            .field("prefix", &self.prefix)
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .field("allow_http", &self.allow_http)
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &self.secret_access_key.as_ref().map(|_| "(set)"))
+            .field("max_age", &self.max_age)
+            .finish()
+    }
+}
+
+/// Which origin the tier serves.
+#[derive(Debug, Clone)]
+pub enum OriginSource {
+    /// `http://host:port/prefix`; request paths are appended.
+    Http(Uri),
+    S3(S3Config),
+}
+
+impl fmt::Display for OriginSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OriginSource::Http(uri) => write!(f, "{uri}"),
+            OriginSource::S3(s) if s.prefix.is_empty() => write!(f, "s3://{}", s.bucket),
+            OriginSource::S3(s) => write!(f, "s3://{}/{}", s.bucket, s.prefix),
+        }
+    }
+}
+
+/// Body bytes of an origin response; an `Err` item ends it early.
+pub type OriginBody = BoxStream<'static, Result<Bytes, String>>;
+
+/// An origin's answer as the tier reads it. An S3 answer is given the
+/// headers an HTTP server would have sent: Content-Range on a part,
+/// Content-Length, ETag, Last-Modified, Content-Type, Date.
+pub struct OriginResponse {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: OriginBody,
+}
+
+impl fmt::Debug for OriginResponse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OriginResponse").field("status", &self.status).field("headers", &self.headers).finish()
+    }
+}
+
+#[derive(Debug)]
+pub enum Source {
+    // Boxed: the pooled client is several times the size of the S3 one.
+    Http(Box<OriginClient>),
+    S3(S3Origin),
+}
+
+impl Source {
+    /// A client for `source`; fails on settings that cannot work (an S3
+    /// endpoint that is no URL, say), before any request is made.
+    pub fn new(source: &OriginSource, timeout: Duration) -> Result<Self, String> {
+        Ok(match source {
+            OriginSource::Http(uri) => Source::Http(Box::new(OriginClient::new(uri, timeout))),
+            OriginSource::S3(cfg) => Source::S3(S3Origin::new(cfg, timeout)?),
+        })
+    }
+
+    /// Time allowed for a response head, and between two body chunks.
+    pub fn timeout(&self) -> Duration {
+        match self {
+            Source::Http(c) => c.timeout(),
+            Source::S3(s) => s.timeout(),
+        }
+    }
+
+    /// `GET target` with the request `headers` that matter to an origin:
+    /// Range and the conditionals, and for HTTP the rest as they are.
+    /// `Err` is a failure to get any answer (502 to the client).
+    pub async fn get(&self, target: &str, headers: &HeaderMap) -> Result<OriginResponse, String> {
+        match self {
+            Source::Http(c) => {
+                let (parts, body) = c.get(target, headers).await?.into_parts();
+                let body = body.into_data_stream().map(|r| r.map_err(|e| format!("origin body: {e}"))).boxed();
+                Ok(OriginResponse { status: parts.status, headers: parts.headers, body })
+            }
+            Source::S3(s) => s.get(target, headers).await,
+        }
+    }
+}
