@@ -23,11 +23,18 @@ impl Drop for ServerProc {
 /// `circus serve ARGS... --listen 127.0.0.1:0`, once it prints its address.
 /// Its later output is drained so that a print can never block or fail.
 pub fn serve(args: &[&str]) -> ServerProc {
+    serve_env(args, &[])
+}
+
+/// [`serve`] with extra environment variables (credentials, say).
+#[allow(dead_code, reason = "each test file compiles this module; only some pass an environment")]
+pub fn serve_env(args: &[&str], env: &[(&str, &str)]) -> ServerProc {
     let mut child = Command::new(env!("CARGO_BIN_EXE_circus"))
         .arg("serve")
         .args(args)
         .args(["--listen", "127.0.0.1:0"])
         .env("CIRCUS_LOG", "warn")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
