@@ -325,3 +325,33 @@ fn s3_killed_mid_transfer_gives_a_short_body() {
     assert!(got.body == v1[..got.body.len()], "the bytes before the cut are wrong");
     assert!(got.body.len() >= 1 << 20);
 }
+
+/// The tier's `/metrics` counter `name` (Prometheus text).
+fn metric(addr: &str, name: &str) -> u64 {
+    let text = String::from_utf8(get(addr, "/metrics", &[], None).body).unwrap();
+    let line = text.lines().find(|l| l.split_whitespace().next() == Some(name));
+    line.and_then(|l| l.split_whitespace().nth(1)?.parse().ok()).unwrap_or_else(|| panic!("no {name} in\n{text}"))
+}
+
+#[test]
+fn crowd_through_s3_fetches_each_byte_once() {
+    let s3 = S3Server::start();
+    let obj = Arc::new(data(4 << 20, 3));
+    s3.put("crowd.bin", &obj);
+    let server = tier(&s3, &["--origin-block", "256KiB", "--cache", "32MiB"]);
+    let addr = Arc::new(server.addr.clone());
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            let (addr, obj) = (addr.clone(), obj.clone());
+            std::thread::spawn(move || {
+                let got = get(&addr, "/crowd.bin", &[], None);
+                assert!(got.status == 200 && got.complete && got.body == *obj, "a client got other bytes");
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    // Eight clients at once, one origin read of each byte.
+    assert_eq!(metric(&server.addr, "circus_origin_fetched_bytes_total"), 4 << 20);
+}
