@@ -221,6 +221,8 @@ fn small_object_is_byte_exact_and_missing_key_is_404() {
     assert_eq!((got.status, got.body.as_slice()), (200, &b"hello, s3\n"[..]), "{:?}", got.headers);
     assert!(got.headers.contains_key("etag") && got.headers.contains_key("last-modified"), "{:?}", got.headers);
     assert_eq!(get(&server.addr, "/nothing-here", &[], None).status, 404);
+    // The bucket itself (a listing at S3) is no object.
+    assert_eq!(get(&server.addr, "/", &[], None).status, 404);
     // An empty object cannot answer the first-block range (416 from S3):
     // the tier asks for it plainly.
     let empty = get(&server.addr, "/empty", &[], None);

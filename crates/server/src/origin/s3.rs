@@ -69,6 +69,10 @@ impl S3Origin {
     /// under the prefix. The query is not part of the key.
     fn key(&self, target: &str) -> Result<Path, String> {
         let path = target.split('?').next().unwrap_or("").trim_start_matches('/');
+        if path.is_empty() || path.ends_with('/') {
+            // A "directory" is no object (and a GET of the bucket lists it).
+            return Err(format!("{target} names no object"));
+        }
         let key = Path::from_url_path(path).map_err(|e| e.to_string())?;
         if self.prefix.is_empty() {
             return Ok(key);
@@ -78,7 +82,7 @@ impl S3Origin {
 
     pub async fn get(&self, target: &str, h: &HeaderMap) -> Result<OriginResponse, String> {
         let Ok(key) = self.key(target) else {
-            // A name no key can have (an empty or `..` segment) is not there.
+            // A name no key can have (empty, `..`, a trailing /) is not there.
             return Ok(empty(StatusCode::NOT_FOUND));
         };
         let opts = options(h);
@@ -195,6 +199,7 @@ mod tests {
         let o = S3Origin::new(&cfg, Duration::from_secs(1)).unwrap();
         assert_eq!(o.key("/a%20b/c.bin?x=1").unwrap().as_ref(), "pre/fix/a b/c.bin");
         assert!(o.key("/a/../b").is_err());
+        assert!(o.key("/").is_err() && o.key("/dir/").is_err());
         let bare = S3Origin { prefix: String::new(), ..o };
         assert_eq!(bare.key("/c.bin").unwrap().as_ref(), "c.bin");
     }
