@@ -86,6 +86,10 @@ impl AsyncRead for SendfileStream {
         if !self.unread.is_empty() {
             let n = self.unread.len().min(buf.remaining());
             buf.put_slice(&self.unread.split_to(n));
+            if self.unread.is_empty() {
+                // An empty slice would still hold the lane's whole buffer.
+                self.unread = Bytes::new();
+            }
             return Poll::Ready(Ok(()));
         }
         Pin::new(&mut self.inner).poll_read(cx, buf)
