@@ -7,9 +7,10 @@
 //! netem is not built on these kernels (docs: /work/shared/research/env.md),
 //! so random loss is an iptables `statistic` rule on the receiving (client)
 //! side, and added delay an NFQUEUE rule feeding the Rust delay line of
-//! [`crate::delay`]. With either, segmentation offloads are switched off on
-//! both veth ends so that a dropped or delayed packet is one MTU-sized
-//! segment, not a 64 KiB super-packet. The servers' congestion
+//! [`crate::delay`]. With either, and with links under 1 Mbit/s,
+//! segmentation offloads are switched off on both veth ends so that a
+//! dropped, delayed or rate-limited packet is one MTU-sized segment, not a
+//! 64 KiB super-packet. The servers' congestion
 //! control is pinned to reno in their namespace (the machine default is
 //! BBR; the paper's FreeBSD 4.5 ran NewReno, and a namespace may only pick
 //! from `tcp_allowed_congestion_control`, which holds reno and bbr here). Everything is created with names unique to the run and removed on
@@ -114,8 +115,23 @@ impl NetPlan {
                 "class add dev {vs} parent 1:1 classid {class} htb rate {bps}bit ceil {bps}bit\n\
                  filter add dev {vs} parent 1: protocol ip prio 1 u32 match ip dst {ip}/32 flowid {class}\n"
             ));
+            if let Some(limit) = slow_link_queue(bps as f64) {
+                out.push_str(&format!(
+                    "qdisc add dev {vs} parent {class} handle {:x}: pfifo limit {limit}\n",
+                    0x100 + n
+                ));
+            }
         }
         out
+    }
+
+    /// Whether segmentation offloads must be off: with loss or delay (a
+    /// drop or delay hits one MTU, not a 64 KiB super-packet), and on links
+    /// under 1 Mbit/s, where HTB would let one 64 KiB super-packet through
+    /// at once and then hold the class for its whole length (18 s at
+    /// 28.8 kbit/s), so a small object would arrive in one burst.
+    pub fn small_segments(&self) -> bool {
+        self.loss > 0.0 || self.delay_s > 0.0 || self.class_bps.iter().any(|&b| b < 1e6)
     }
 
     /// The NFQUEUE number of the delay line.
@@ -163,6 +179,15 @@ impl NetPlan {
     }
 }
 
+/// The queue, in packets, of a link under 1 Mbit/s: about 2 s of its rate,
+/// at least 5 packets, as a modem's buffer. HTB's default leaf queue holds
+/// 1,000 packets, which at 28.8 kbit/s is 7 minutes: TCP's window grew into
+/// it, its timers fired spuriously, and the copies they sent queued ahead
+/// of later responses (a keep-alive connection fell minutes behind).
+fn slow_link_queue(bps: f64) -> Option<u64> {
+    (bps < 1e6).then(|| ((bps / 8.0 * 2.0 / 1500.0).ceil() as u64).max(5))
+}
+
 /// The emulated network of one run; removed when dropped.
 #[derive(Debug)]
 pub struct Network {
@@ -186,7 +211,7 @@ impl Network {
         let mut cc = net.plan.exec_in();
         cc.extend(["sysctl".into(), "-qw".into(), "net.ipv4.tcp_congestion_control=reno".into()]);
         run(&cc)?;
-        if net.plan.loss > 0.0 || net.plan.delay_s > 0.0 {
+        if net.plan.small_segments() {
             let (vs, vc) = net.plan.veths();
             let off = ["tso", "off", "gso", "off", "gro", "off"].map(String::from);
             let mut a = net.plan.exec_in();
@@ -355,6 +380,15 @@ mod tests {
             assert!(b.contains(want), "{name}: {want:?} missing in\n{b}");
         }
         assert_eq!(b.matches("filter add").count(), 4);
+        assert!(!b.contains("pfifo"), "fast links keep HTB's default queue:\n{b}");
+    }
+
+    #[test]
+    fn modem_links_get_a_short_queue() {
+        let b = NetPlan { class_bps: vec![28_800.0], per_class: 2, ..plan() }.tc_batch();
+        assert!(b.contains("qdisc add dev cbn42s parent 1:10 handle 100: pfifo limit 5"), "{b}");
+        assert!(b.contains("qdisc add dev cbn42s parent 1:11 handle 101: pfifo limit 5"), "{b}");
+        assert_eq!(slow_link_queue(512_000.0), Some(86));
     }
 
     #[test]
