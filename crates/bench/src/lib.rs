@@ -19,7 +19,9 @@
 //! - `boot`: Lava's boot scenario, scaled: clients arriving over a window
 //!   each fetch their own set of small objects; boot latency (issue 5).
 //! - `wpb`: a Wisconsin Proxy Benchmark-style cold phase and a phase with
-//!   recency-weighted repeats against a delayed origin (issue 5).
+//!   recency-weighted repeats against a delayed origin, the circus tier,
+//!   Varnish and Squid in turn (issue 5); `wpb-modem`: the same behind
+//!   28.8 kbit/s client links.
 //! - `slow`: thousands of connections that request a file and then read
 //!   nothing; server memory per connection beyond the cache budget.
 //!
@@ -45,6 +47,7 @@ mod procs;
 mod report;
 pub mod scenarios;
 mod slow;
+mod squid;
 mod wpb;
 
 pub use report::{Report, Row};
@@ -112,10 +115,11 @@ pub async fn run(name: &str, opts: &BenchOptions, log: &mut (dyn FnMut(&str) + S
         "slow" => slow::run(opts, log).await,
         "lava" => lava::run(opts, log).await,
         "origin" => origin::run(opts, log).await,
-        "wpb" => wpb::run(opts, log).await,
+        "wpb" => wpb::run(opts, wpb::Variant::Fast, log).await,
+        "wpb-modem" => wpb::run(opts, wpb::Variant::Modem, log).await,
         "boot" => boot::run(opts, log).await,
         other => Err(BenchError::Setup(format!(
-            "unknown scenario {other:?}: use amplification, hot, slow, lava, origin, wpb, boot or one of {}",
+            "unknown scenario {other:?}: use amplification, hot, slow, lava, origin, wpb, wpb-modem, boot or one of {}",
             scenarios::NAMES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
         ))),
     }

@@ -9,6 +9,8 @@ use std::{
     time::Duration,
 };
 
+pub(crate) const VARNISHD: &str = "/usr/sbin/varnishd";
+
 /// A child server; killed when dropped.
 #[derive(Debug)]
 pub struct ServerProc {
@@ -60,7 +62,8 @@ impl ServerProc {
         Self::circus_serve_at(bin, "circus", &args, host, wrap)
     }
 
-    fn circus_serve_at(
+    /// [`ServerProc::circus_serve`] listening on `host`, run through `wrap`.
+    pub fn circus_serve_at(
         bin: &Path,
         name: &str,
         args: &[String],
@@ -153,19 +156,26 @@ impl ServerProc {
 
     /// Varnish (Debian's varnishd) as a caching proxy in front of `origin`,
     /// with `mem` bytes of malloc storage, its state under `work`.
-    pub fn varnish(origin: &str, work: &Path, mem: u64) -> Result<ServerProc, BenchError> {
-        let bin = Path::new("/usr/sbin/varnishd");
+    /// Listens on `host` (port found free on loopback), run through `wrap`
+    /// (see [`ServerProc::circus_at`]).
+    pub fn varnish(origin: &str, work: &Path, mem: u64, host: &str, wrap: &[String]) -> Result<ServerProc, BenchError> {
+        let bin = Path::new(VARNISHD);
         if !bin.exists() {
-            return Err(BenchError::Setup("varnishd is not installed: apt-get install varnish".into()));
+            return Err(BenchError::Setup("varnishd is not installed: apt-get install -y varnish".into()));
         }
         let port = free_port()?;
-        let addr = format!("127.0.0.1:{port}");
-        let child = Command::new(bin)
+        let addr = format!("{host}:{port}");
+        let child = wrapped(wrap, bin.as_os_str())
             .args(["-F", "-a", &addr, "-b", origin, "-s", &format!("malloc,{mem}")])
+            // The default idle timeout (5 s) runs from when the response is
+            // in the kernel's buffers: a 28.8 kbit/s client still reading a
+            // 40 KiB body for 11 s then sent its next request on a closed
+            // connection. 65 s, like nginx's keepalive_timeout.
+            .args(["-p", "timeout_idle=65"])
             .arg("-n")
             .arg(work.join(format!("varnish-{port}")))
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(work.join("varnish.log")).map_err(io_err("creating varnish.log"))?)
             .spawn()
             .map_err(io_err("starting varnishd"))?;
         for _ in 0..200 {
@@ -263,7 +273,7 @@ impl ServerProc {
 }
 
 /// `program` run directly, or through the `wrap` prefix.
-fn wrapped(wrap: &[String], program: &std::ffi::OsStr) -> Command {
+pub(crate) fn wrapped(wrap: &[String], program: &std::ffi::OsStr) -> Command {
     match wrap.split_first() {
         None => Command::new(program),
         Some((first, rest)) => {
@@ -279,7 +289,7 @@ fn status_field(pid: u32, key: &str) -> Option<u64> {
     s.lines().find(|l| l.starts_with(key))?.split_whitespace().nth(1)?.parse().ok()
 }
 
-fn free_port() -> Result<u16, BenchError> {
+pub(crate) fn free_port() -> Result<u16, BenchError> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(io_err("finding a free port"))?;
     Ok(l.local_addr().map_err(io_err("finding a free port"))?.port())
 }

@@ -21,7 +21,9 @@ pub struct BenchArgs {
     /// slow (thousands of idle downloads, memory per connection),
     /// lava (1 KiB / 10 KiB resident objects at the highest rate, origin tier vs nginx),
     /// origin (a crowd missing one large origin object: origin bytes / size),
-    /// wpb (cold phase, then recency-weighted repeats, against a delayed origin),
+    /// wpb (cold phase, then recency-weighted repeats, against a delayed origin;
+    /// the tier, then Varnish and Squid when installed),
+    /// wpb-modem (the same behind 28.8 kbit/s client links, scaled; default 200 clients),
     /// boot (Lava's boot scenario, scaled: boot latency mean and sd).
     #[arg(required_unless_present = "quick")]
     scenario: Option<String>,
@@ -32,7 +34,7 @@ pub struct BenchArgs {
     /// scenarios: overrides every point's).
     #[arg(long)]
     file_size: Option<ByteSize>,
-    /// Clients or connections (amplification, hot, slow; default: 50, or 5000 for slow).
+    /// Clients or connections (default: 50; slow 5000; origin, boot 100; wpb-modem 200).
     #[arg(long)]
     clients: Option<usize>,
     /// Server cache budget (amplification, hot, slow: default 64MiB; the
@@ -139,6 +141,7 @@ pub fn main(args: BenchArgs) -> anyhow::Result<()> {
     let default_clients = match name.as_str() {
         "slow" => 5000,
         "origin" | "boot" => 100,
+        "wpb-modem" => 200,
         _ => 50,
     };
     let opts = circus_bench::BenchOptions {
