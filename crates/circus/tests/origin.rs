@@ -178,31 +178,7 @@ struct Got {
 /// GET with extra headers; the body is kept only when `keep` (the crowd
 /// tests compare it on the fly against `expect` instead).
 fn get(addr: &str, path: &str, extra: &[(&str, &str)], expect: Option<&[u8]>) -> Got {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let mut req = format!("GET {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\n");
-    for (n, v) in extra {
-        req += &format!("{n}: {v}\r\n");
-    }
-    s.write_all(format!("{req}\r\n").as_bytes()).unwrap();
-    let mut r = BufReader::new(s);
-    let mut line = String::new();
-    r.read_line(&mut line).unwrap();
-    let status = line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let mut headers = HashMap::new();
-    loop {
-        let mut h = String::new();
-        if r.read_line(&mut h).unwrap_or(0) == 0 {
-            break;
-        }
-        let h = h.trim_end();
-        if h.is_empty() {
-            break;
-        }
-        if let Some((n, v)) = h.split_once(':') {
-            headers.insert(n.trim().to_ascii_lowercase(), v.trim().to_owned());
-        }
-    }
+    let (mut r, status, headers) = common::get_head(addr, path, extra);
     let want: Option<usize> = headers.get("content-length").and_then(|v| v.parse().ok());
     let mut body = Vec::new();
     let (mut read, mut same, mut first_byte) = (0usize, true, None);

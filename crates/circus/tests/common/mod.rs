@@ -2,7 +2,7 @@
 
 use std::{
     collections::HashMap,
-    io::{BufRead, BufReader, Read},
+    io::{BufRead, BufReader, Read, Write},
     net::TcpStream,
     process::{Child, Command, Stdio},
 };
@@ -49,23 +49,54 @@ pub fn serve_env(args: &[&str], env: &[(&str, &str)]) -> ServerProc {
     server
 }
 
-/// Reads one response from `r`: status, headers, body (none for HEAD).
+/// Reads a response head from `r`: the status and the fields, names
+/// lowercased; a field sent twice fails the test. EOF ends the head.
 #[allow(dead_code, reason = "each test binary compiles this module; not all read raw responses")]
-pub fn read_response(r: &mut BufReader<TcpStream>, head: bool) -> (u16, HashMap<String, String>, Vec<u8>) {
+pub fn read_head(r: &mut BufReader<TcpStream>) -> (u16, HashMap<String, String>) {
     let mut line = String::new();
     r.read_line(&mut line).unwrap();
     let status = line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
     let mut headers = HashMap::new();
     loop {
         let mut h = String::new();
-        r.read_line(&mut h).unwrap();
+        if r.read_line(&mut h).unwrap_or(0) == 0 {
+            break;
+        }
         let h = h.trim_end();
         if h.is_empty() {
             break;
         }
-        let (n, v) = h.split_once(':').unwrap();
-        assert!(headers.insert(n.trim().to_ascii_lowercase(), v.trim().to_owned()).is_none(), "{n} twice");
+        if let Some((n, v)) = h.split_once(':') {
+            assert!(headers.insert(n.trim().to_ascii_lowercase(), v.trim().to_owned()).is_none(), "{n} twice");
+        }
     }
+    (status, headers)
+}
+
+/// Sends `GET path` with `connection: close` and the `extra` fields, and
+/// reads the response head; the body is left to read from the reader.
+#[allow(dead_code, reason = "each test binary compiles this module; not all read raw responses")]
+pub fn get_head(
+    addr: &str,
+    path: &str,
+    extra: &[(&str, &str)],
+) -> (BufReader<TcpStream>, u16, HashMap<String, String>) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(60))).unwrap();
+    let mut req = format!("GET {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\n");
+    for (n, v) in extra {
+        req += &format!("{n}: {v}\r\n");
+    }
+    s.write_all(format!("{req}\r\n").as_bytes()).unwrap();
+    let mut r = BufReader::new(s);
+    let (status, headers) = read_head(&mut r);
+    (r, status, headers)
+}
+
+/// Reads one response from `r`: status, headers, body (none for HEAD).
+#[allow(dead_code, reason = "each test binary compiles this module; not all read raw responses")]
+pub fn read_response(r: &mut BufReader<TcpStream>, head: bool) -> (u16, HashMap<String, String>, Vec<u8>) {
+    let (status, headers) = read_head(r);
     let len: usize = if head { 0 } else { headers["content-length"].parse().unwrap() };
     let mut body = vec![0u8; len];
     r.read_exact(&mut body).unwrap();
