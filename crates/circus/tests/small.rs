@@ -93,3 +93,26 @@ fn small_files_are_answered_by_the_lane_like_the_full_path_and_follow_changes() 
     let gone = pipelined(addr, &[(get, false)]);
     assert_eq!(gone[0].0, 404);
 }
+
+#[test]
+fn a_request_head_trickled_in_is_cut_off_after_the_header_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("circus.toml");
+    std::fs::write(&config, "header_timeout_secs = 1\n").unwrap();
+    let server = common::serve(&[dir.path().to_str().unwrap(), "--config", config.to_str().unwrap()]);
+    let mut s = TcpStream::connect(&server.addr).unwrap();
+    s.write_all(b"GET /m.json HTTP/1.1\r\nhost: t\r\n").unwrap();
+    let started = Instant::now();
+    // One more header line every 200 ms: each read brings bytes, but the
+    // head never ends; the server must not wait for it forever.
+    let closed = loop {
+        std::thread::sleep(Duration::from_millis(200));
+        if s.write_all(b"x-slow: 1\r\n").is_err() {
+            break started.elapsed();
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            panic!("the server still took header lines after 10 s");
+        }
+    };
+    assert!(closed >= Duration::from_millis(900), "cut off after {closed:?}, before the timeout");
+}

@@ -26,6 +26,7 @@ use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
     sync::watch,
+    time::Instant,
 };
 
 /// Headers a request may carry and still be answered by the lane; any
@@ -62,7 +63,8 @@ pub(crate) enum Exit {
 /// Bounds the lane applies while it owns a connection.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
-    /// Longest wait for the next request head.
+    /// Longest wait for the next whole request head, counted from the
+    /// last answer (so a head trickled in byte by byte is bounded too).
     pub idle: Duration,
     /// A head that grows past this goes to hyper (which answers 431).
     pub max_head: usize,
@@ -80,9 +82,10 @@ pub(crate) async fn run(
     let mut buf = BytesMut::with_capacity(8 * 1024);
     // Grows to the largest batch; most connections stay small.
     let mut out = Vec::new();
+    let mut deadline = Instant::now() + limits.idle;
     loop {
         let read = tokio::select! {
-            read = tokio::time::timeout(limits.idle, stream.read_buf(&mut buf)) => read,
+            read = tokio::time::timeout_at(deadline, stream.read_buf(&mut buf)) => read,
             _ = shutdown.wait_for(|stop| *stop) => return Ok(Exit::Closed),
         };
         let Ok(read) = read else { return Ok(Exit::Closed) };
@@ -96,6 +99,7 @@ pub(crate) async fn run(
                 answered.inc_by(count);
                 stream.write_all(&out).await?;
                 out.clear();
+                deadline = Instant::now() + limits.idle;
             }
             match batch {
                 Batch::Full => {}
