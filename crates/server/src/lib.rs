@@ -15,7 +15,8 @@
 //! (`/metrics`, `/status`), `arena` and `sendfile` (cache memory in a memfd,
 //! sent with `sendfile(2)` instead of copied), `pacer` (a storage read cap),
 //! `hitlane` (resident small objects answered before hyper sees the
-//! connection), [`origin`] (the caching tier in front of an origin).
+//! connection), `small` (whole small local files kept for the lane),
+//! [`origin`] (the caching tier in front of an HTTP or S3 origin).
 //!
 //! ```no_run
 //! # async fn run() -> std::io::Result<()> {
