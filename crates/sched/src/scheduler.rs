@@ -172,6 +172,13 @@ impl Scheduler {
                 return;
             }
             let file = &self.files[&client.file];
+            if client.in_order && client.queue.last().is_some_and(|&b| file.deferred.contains(b)) {
+                // An in-order client cannot send a block until every block
+                // before it went out, so a pick behind a read that waits for
+                // memory would pin memory it cannot release: with enough such
+                // clients no read ever gets memory again (C11).
+                return;
+            }
             let region_cap = self.region_cap(file.blocks());
             let ctx = PickCtx {
                 file,

@@ -108,9 +108,9 @@ fn run(p: &Params, steps: usize) -> Driver {
                 let i = rng.random_range(0..d.pending_reads.len());
                 d.finish_read(i, p.fail_reads && rng.random_bool(0.02));
             }
-            _ if !d.pending_sends.is_empty() => {
-                let i = rng.random_range(0..d.pending_sends.len());
-                d.finish_send(i);
+            _ if !d.sendable().is_empty() => {
+                let sendable = d.sendable();
+                d.finish_send(sendable[rng.random_range(0..sendable.len())]);
             }
             _ => d.event(circus_sched::Event::Tick),
         }

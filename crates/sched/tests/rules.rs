@@ -29,10 +29,8 @@ fn step(d: &mut Driver, k: usize) {
         while d.pending_sends.is_empty() && !d.pending_reads.is_empty() {
             d.finish_read(0, false);
         }
-        if d.pending_sends.is_empty() {
-            return;
-        }
-        d.finish_send(0);
+        let Some(&i) = d.sendable().first() else { return };
+        d.finish_send(i);
     }
 }
 
@@ -212,5 +210,27 @@ fn in_order_clients_get_file_order_under_circus_while_others_share() {
     d.drain();
     // Picks (and so sends, with reads finished in order) follow the file.
     assert_eq!(sends_to(&d, 2), (0..30).collect::<Vec<_>>());
+    assert_eq!(d.completed.len(), 2);
+}
+
+#[test]
+fn c11_an_in_order_client_never_pins_a_block_it_cannot_send_yet() {
+    // Two blocks of memory, both pinned by an out-of-order client that has
+    // not sent them yet; an in-order client then needs the whole file.
+    let mut d = Driver::new(SchedConfig { cache_bytes: 2 * B, queue_len: 4, ..cfg(PolicyKind::Sequential) });
+    let mut have = BlockSet::full(4);
+    (2..4).for_each(|b| _ = have.remove(b));
+    d.join(1, 1, 4 * B, Some(have));
+    while !d.pending_reads.is_empty() {
+        d.finish_read(0, false);
+    }
+    d.in_order_joins = true;
+    d.join(2, 1, 4 * B, None);
+    // Block 0 waits for memory, so the in-order client stops there: had it
+    // gone on to pin the resident blocks 2 and 3, which it cannot send
+    // before 0 and 1, memory would never free again.
+    assert!(sends_to(&d, 2).is_empty());
+    d.drain();
+    assert_eq!(sends_to(&d, 2), vec![0, 1, 2, 3]);
     assert_eq!(d.completed.len(), 2);
 }

@@ -2,7 +2,7 @@
 //! the real server must, and checks every action against its own books.
 #![allow(dead_code)] // each test binary uses a different subset
 
-use circus_core::{BlockLayout, BlockSet, ClientId, FileId};
+use circus_core::{BlockLayout, BlockSet, ClientId, FileId, first_in};
 use circus_sched::{Action, Event, FailReason, SchedConfig, Scheduler};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -29,6 +29,9 @@ pub struct Driver {
     pub sends: u64,
     /// Joins from now on ask for in-order delivery.
     pub in_order_joins: bool,
+    /// Clients that joined in order: like a plain HTTP body, they can put
+    /// a block on the wire only once every block before it went out.
+    in_order: BTreeSet<ClientId>,
 }
 
 impl Driver {
@@ -51,6 +54,7 @@ impl Driver {
             reads: 0,
             sends: 0,
             in_order_joins: false,
+            in_order: BTreeSet::new(),
         }
     }
 
@@ -72,6 +76,9 @@ impl Driver {
         let n = BlockLayout::new(len, self.block).blocks();
         let got = have.clone().filter(|h| h.capacity() == n).unwrap_or_else(|| BlockSet::new(n));
         self.got.insert(c, got);
+        if self.in_order_joins {
+            self.in_order.insert(c);
+        }
         self.event(Event::Join { client: c, file: f, len, have, in_order: self.in_order_joins });
     }
 
@@ -142,8 +149,22 @@ impl Driver {
         }
     }
 
+    /// Whether pending send `i` can go on the wire now: an in-order
+    /// client's block waits for every block before it.
+    pub fn can_send(&self, i: usize) -> bool {
+        let (client, _, block) = self.pending_sends[i];
+        let got = &self.got[&client];
+        !self.in_order.contains(&client) || first_in(0, got.capacity(), |w| got.missing_word(w)) == Some(block)
+    }
+
+    /// Indexes of the pending sends that can go on the wire now.
+    pub fn sendable(&self) -> Vec<usize> {
+        (0..self.pending_sends.len()).filter(|&i| self.can_send(i)).collect()
+    }
+
     /// Finishes pending send `i`.
     pub fn finish_send(&mut self, i: usize) {
+        assert!(self.can_send(i), "in-order send out of order: {:?}", self.pending_sends[i]);
         let (client, _, block) = self.pending_sends.remove(i);
         self.sends += 1;
         assert!(self.got.get_mut(&client).unwrap().insert(block));
@@ -153,19 +174,22 @@ impl Driver {
     /// Completes every pending operation, oldest first, until none remain.
     pub fn drain(&mut self) {
         while !self.pending_reads.is_empty() || !self.pending_sends.is_empty() {
+            self.assert_no_starvation();
             if !self.pending_reads.is_empty() {
                 self.finish_read(0, false);
             } else {
-                self.finish_send(0);
+                self.finish_send(self.sendable()[0]);
             }
         }
     }
 
-    /// No client can be stuck: with nothing in flight, nobody is active.
+    /// No client can be stuck: with no read in flight and no send that can
+    /// go on the wire, nobody is active. (An in-order client holding blocks
+    /// it cannot send yet while its next block waits for memory is stuck.)
     pub fn assert_no_starvation(&self) {
-        if self.pending_reads.is_empty() && self.pending_sends.is_empty() {
+        if self.pending_reads.is_empty() && !(0..self.pending_sends.len()).any(|i| self.can_send(i)) {
             let stuck: Vec<_> = self.active().collect();
-            assert!(stuck.is_empty(), "clients {stuck:?} active with nothing in flight");
+            assert!(stuck.is_empty(), "clients {stuck:?} active with nothing that can progress");
         }
     }
 }
