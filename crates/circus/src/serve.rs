@@ -78,6 +78,11 @@ pub struct ServeArgs {
     /// them into each socket (default true).
     #[arg(long)]
     zero_copy: Option<bool>,
+    /// Keep the zero-copy cache in an unlinked file in DIR instead of a
+    /// memfd: on a tmpfs mounted with huge=always (mount -t tmpfs -o
+    /// huge=always tmpfs DIR) sends walk huge pages, not 4 KiB ones.
+    #[arg(long, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
     /// Cap on storage reads, bytes per second (e.g. 50MiB; default none).
     /// Downloads wait rather than read faster.
     #[arg(long)]
@@ -118,6 +123,7 @@ impl ServeArgs {
             drain_timeout_secs: self.drain_timeout,
             send_lowat: self.send_lowat,
             zero_copy: self.zero_copy,
+            cache_dir: self.cache_dir.clone(),
             read_rate: self.read_rate,
             origin: self.origin.clone(),
             origin_block: self.origin_block,

@@ -146,3 +146,27 @@ fn memory_budget_holds_with_500_slow_clients() {
     eprintln!("rss {rss} baseline {baseline}: {per_client} bytes per slow client beyond the cache");
     assert!(per_client <= 128 * 1024, "{per_client} bytes per slow client beyond the cache budget");
 }
+
+#[test]
+fn a_cache_dir_serves_byte_exact_and_a_missing_one_is_refused_by_name() {
+    let (dir, data) = data_dir(3 << 20);
+    let cache = tempfile::tempdir().unwrap();
+    let server = serve(dir.path(), &["--cache", "2MiB", "--cache-dir", cache.path().to_str().unwrap()]);
+    // Twice: the second download reuses freed slots of the cache file.
+    for _ in 0..2 {
+        let (mut r, status, _) = common::get_head(&server.addr, "/big.bin", &[]);
+        assert_eq!(status, 200);
+        let mut body = Vec::new();
+        r.read_to_end(&mut body).unwrap();
+        assert!(body == data, "cache-dir download differs ({} of {} bytes)", body.len(), data.len());
+    }
+    let missing = cache.path().join("missing");
+    let out = Command::new(env!("CARGO_BIN_EXE_circus"))
+        .args(["serve", dir.path().to_str().unwrap(), "--listen", "127.0.0.1:0", "--cache-dir"])
+        .arg(&missing)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "started with a missing --cache-dir");
+    assert!(stderr.contains("--cache-dir") && stderr.contains("missing"), "{stderr}");
+}

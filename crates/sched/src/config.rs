@@ -47,6 +47,20 @@ pub struct SchedConfig {
     pub readahead: u32,
 }
 
+/// Blocks an in-order client may have queued when those past `queue_len`
+/// are resident (C12): thirty-two 64 KiB blocks make a 2 MiB run (nginx's
+/// `sendfile_max_chunk`), one `sendfile` and one round trip to the
+/// scheduler instead of six or seven.
+pub const IN_ORDER_HIT_QUEUE: u32 = 32;
+
+impl SchedConfig {
+    /// Most blocks the scheduler ever has out for one client (sends it
+    /// asked for and not yet reported sent).
+    pub fn max_queued(&self) -> u32 {
+        self.queue_len.max(IN_ORDER_HIT_QUEUE)
+    }
+}
+
 impl Default for SchedConfig {
     fn default() -> Self {
         Self {

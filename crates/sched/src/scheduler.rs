@@ -168,7 +168,8 @@ impl Scheduler {
     fn fill(&mut self, id: ClientId) {
         loop {
             let Some(client) = self.clients.get(&id) else { return };
-            if client.queue.len() >= self.cfg.queue_len as usize || client.all_picked() {
+            let queued = client.queue.len();
+            if queued >= self.cfg.max_queued() as usize || client.all_picked() {
                 return;
             }
             let file = &self.files[&client.file];
@@ -188,6 +189,12 @@ impl Scheduler {
             };
             let policy: &dyn Policy = if client.in_order { &Sequential } else { self.policy.as_ref() };
             let Some((pick, role)) = policy.pick(&ctx) else { return };
+            let hit_run = client.in_order && file.resident.contains(pick.block()) && self.deferred.is_empty();
+            if queued >= self.cfg.queue_len as usize && !hit_run {
+                // C12: past queue_len, an in-order client only takes blocks
+                // already resident, and only while no read waits for memory.
+                return;
+            }
             let file_id = client.file;
             let client = self.clients.get_mut(&id).expect("client present");
             let b = pick.block();

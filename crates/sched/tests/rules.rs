@@ -4,7 +4,7 @@
 mod common;
 
 use circus_core::{BlockSet, ClientId};
-use circus_sched::{Action, FailReason, PolicyKind, Role, SchedConfig};
+use circus_sched::{Action, FailReason, IN_ORDER_HIT_QUEUE, PolicyKind, Role, SchedConfig};
 use common::{Driver, cfg};
 
 const B: u64 = 1024;
@@ -233,4 +233,27 @@ fn c11_an_in_order_client_never_pins_a_block_it_cannot_send_yet() {
     d.drain();
     assert_eq!(sends_to(&d, 2), vec![0, 1, 2, 3]);
     assert_eq!(d.completed.len(), 2);
+}
+
+#[test]
+fn c12_an_in_order_client_takes_resident_blocks_in_long_runs() {
+    let n = 3 * IN_ORDER_HIT_QUEUE;
+    let mut d = Driver::new(SchedConfig { cache_bytes: u64::from(n) * B, ..cfg(PolicyKind::Circus) });
+    d.join(1, 1, u64::from(n) * B, None);
+    d.drain();
+    // The file is resident: a plain download gets a long run at once...
+    d.in_order_joins = true;
+    d.join(2, 1, u64::from(n) * B, None);
+    assert_eq!(sends_to(&d, 2), (0..IN_ORDER_HIT_QUEUE).collect::<Vec<_>>());
+    // ...while a native client keeps the configured queue.
+    d.in_order_joins = false;
+    d.join(3, 1, u64::from(n) * B, None);
+    assert_eq!(sends_to(&d, 3).len(), 3);
+    // Blocks that must be read are queued only up to queue_len.
+    let mut d = Driver::new(SchedConfig { cache_bytes: u64::from(n) * B, ..cfg(PolicyKind::Circus) });
+    d.in_order_joins = true;
+    d.join(1, 1, u64::from(n) * B, None);
+    assert_eq!(d.pending_reads.len(), 3);
+    d.drain();
+    assert_eq!(d.completed.len(), 1);
 }

@@ -16,11 +16,12 @@
 
 use bytes::Bytes;
 use memmap2::Mmap;
-use rustix::fs::{FallocateFlags, MemfdFlags};
+use rustix::fs::{FallocateFlags, MemfdFlags, Mode, OFlags};
 use std::{
     fs::File,
     io,
     os::{fd::AsFd, unix::fs::FileExt},
+    path::Path,
     sync::{Arc, Mutex},
 };
 
@@ -36,11 +37,20 @@ pub struct Arena {
 
 impl Arena {
     /// An arena of `slots` slots of `slot_len` bytes (rounded up to pages).
-    /// Memory is only used by slots that hold a block.
-    pub fn new(slot_len: usize, slots: usize) -> io::Result<Arc<Arena>> {
+    /// Memory is only used by slots that hold a block. The backing file is a
+    /// memfd, or with `dir` an unlinked file there: on a tmpfs mounted with
+    /// `huge=always` its pages are large folios, which `sendfile` hands to
+    /// the socket a folio at a time instead of 4 KiB at a time.
+    pub fn new(slot_len: usize, slots: usize, dir: Option<&Path>) -> io::Result<Arc<Arena>> {
         let slot_len = slot_len.div_ceil(PAGE) * PAGE;
         let slots = u32::try_from(slots).map_err(|_| io::Error::other("too many cache slots"))?;
-        let memfd = File::from(rustix::fs::memfd_create("circus-cache", MemfdFlags::CLOEXEC)?);
+        let memfd = File::from(match dir {
+            None => rustix::fs::memfd_create("circus-cache", MemfdFlags::CLOEXEC)?,
+            Some(dir) => {
+                rustix::fs::open(dir, OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC, Mode::RUSR | Mode::WUSR)
+                    .map_err(|e| io::Error::new(e.kind(), format!("unlinked cache file in {}: {e}", dir.display())))?
+            }
+        });
         memfd.set_len(slot_len as u64 * u64::from(slots))?;
         // SAFETY: the memfd is private to this arena, and a slot's bytes are
         // written only while the slot is on the free list, so no slice
@@ -175,7 +185,7 @@ mod tests {
 
     #[test]
     fn stores_blocks_locates_them_and_reuses_freed_slots() {
-        let arena = Arena::new(5000, 2).unwrap();
+        let arena = Arena::new(5000, 2, None).unwrap();
         let a = arena.store(&[1; 5000]).unwrap();
         let b = arena.store(&[2; 100]).unwrap();
         assert_eq!((&a[..], &b[..]), (&[1u8; 5000][..], &[2u8; 100][..]));
@@ -195,8 +205,20 @@ mod tests {
     }
 
     #[test]
+    fn a_cache_dir_holds_an_unlinked_file_and_a_missing_one_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let arena = Arena::new(4096, 2, Some(dir.path())).unwrap();
+        let a = arena.store(&[9; 4096]).unwrap();
+        assert_eq!(&a[..], &[9u8; 4096]);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "the file has no name");
+        let missing = dir.path().join("nope");
+        let err = Arena::new(4096, 2, Some(&missing)).unwrap_err();
+        assert!(err.to_string().contains("nope"), "{err}");
+    }
+
+    #[test]
     fn joins_only_consecutive_slots() {
-        let arena = Arena::new(4096, 3).unwrap();
+        let arena = Arena::new(4096, 3, None).unwrap();
         let blocks: Vec<Bytes> = (1..=3u8).map(|i| arena.store(&[i; 4096]).unwrap()).collect();
         let run = arena.join(&blocks).unwrap();
         assert_eq!(run.len(), 3 * 4096);
@@ -218,7 +240,7 @@ mod tests {
         // A pipe stands in for a socket: sendfile references the slot's
         // pages; after the slot is freed and rewritten, the pipe must still
         // hold the old bytes.
-        let arena = Arena::new(4096, 1).unwrap();
+        let arena = Arena::new(4096, 1, None).unwrap();
         let block = arena.store(&[7; 4096]).unwrap();
         let (mut rx, tx) = std::io::pipe().unwrap();
         let mut off = arena.locate(&block).unwrap();

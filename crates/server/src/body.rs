@@ -169,7 +169,7 @@ pub enum Part {
 
 /// A plain body: the parts in order, each range fetched through the
 /// scheduler as an in-order client and reassembled from at most
-/// `queue_len` blocks that arrive early.
+/// `max_queued` blocks that arrive early.
 pub struct PlainBody {
     driver: DriverHandle,
     file: Arc<FileEntry>,
@@ -186,7 +186,7 @@ struct RangeCursor {
 }
 
 /// Most blocks joined into one frame.
-const MAX_RUN: usize = 16;
+const MAX_RUN: usize = 32;
 
 impl RangeCursor {
     /// Takes `first` (block `next`) and the blocks right after it that have

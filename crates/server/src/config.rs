@@ -27,6 +27,8 @@ pub struct ServeConfig {
     /// Keep cached blocks in a memfd and send them with `sendfile(2)`
     /// instead of copying them into each socket.
     pub zero_copy: bool,
+    /// Where the zero-copy cache file lives (`None`: a memfd).
+    pub cache_dir: Option<PathBuf>,
     /// Most bytes per second read from storage (`None`: as fast as it goes).
     pub read_rate: Option<u64>,
     /// Serve from this origin through the caching tier instead of `root`.
@@ -46,6 +48,7 @@ impl ServeConfig {
             drain_timeout: Duration::from_secs(30),
             send_lowat: Some(128 * 1024),
             zero_copy: true,
+            cache_dir: None,
             read_rate: None,
             origin: None,
         }
@@ -75,6 +78,8 @@ pub struct FileConfig {
     /// 0 leaves the system default.
     pub send_lowat: Option<ByteSize>,
     pub zero_copy: Option<bool>,
+    /// A directory for the cache file, e.g. a tmpfs mounted `huge=always`.
+    pub cache_dir: Option<PathBuf>,
     /// Bytes per second; 0 removes the cap.
     pub read_rate: Option<ByteSize>,
     /// `http://host:port/` or `s3://BUCKET[/PREFIX]`: serve this origin
@@ -142,6 +147,9 @@ impl FileConfig {
         set(&mut cfg.header_timeout, self.header_timeout_secs.map(Duration::from_secs));
         set(&mut cfg.drain_timeout, self.drain_timeout_secs.map(Duration::from_secs));
         set(&mut cfg.zero_copy, self.zero_copy);
+        if let Some(dir) = &self.cache_dir {
+            cfg.cache_dir = Some(dir.clone());
+        }
         if let Some(r) = self.read_rate {
             cfg.read_rate = Some(r.0).filter(|&v| v > 0);
         }

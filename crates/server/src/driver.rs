@@ -40,7 +40,7 @@ enum Cmd {
 pub struct DriverHandle {
     tx: mpsc::UnboundedSender<Cmd>,
     next_id: Arc<AtomicU64>,
-    queue_len: usize,
+    max_queued: usize,
     arena: Option<Arc<Arena>>,
 }
 
@@ -48,9 +48,9 @@ impl DriverHandle {
     /// Starts a download of `file`, skipping the blocks in `have`.
     pub fn join(&self, file: Arc<FileEntry>, have: BlockSet, in_order: bool) -> (ClientId, mpsc::Receiver<Delivery>) {
         let id = ClientId(self.next_id.fetch_add(1, Ordering::Relaxed));
-        // The scheduler never has more than queue_len blocks out for a client,
-        // plus one completion or failure: this channel never fills.
-        let (tx, rx) = mpsc::channel(self.queue_len + 2);
+        // The scheduler never has more than max_queued blocks out for a
+        // client, plus one completion or failure: this channel never fills.
+        let (tx, rx) = mpsc::channel(self.max_queued + 2);
         self.send(Cmd::Join { id, file, have, in_order, tx });
         (id, rx)
     }
@@ -106,6 +106,10 @@ struct Driver {
     tx: mpsc::UnboundedSender<Cmd>,
     started: Instant,
     metrics: Arc<Metrics>,
+    /// The scheduler's actions for the command at hand, carried out in
+    /// order once it is fed in (the buffer is kept: a run of sent blocks is
+    /// the hot path, one command per run rather than an allocation per block).
+    actions: Vec<Action>,
 }
 
 /// How the driver reads storage.
@@ -123,7 +127,7 @@ pub struct Storage {
 pub fn spawn(cfg: SchedConfig, storage: Storage, metrics: Arc<Metrics>) -> DriverHandle {
     let Storage { io_threads, arena, pacer } = storage;
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let queue_len = cfg.queue_len as usize;
+    let max_queued = cfg.max_queued() as usize;
     let mut driver = Driver {
         sched: Scheduler::new(cfg),
         cache: FxHashMap::default(),
@@ -135,13 +139,14 @@ pub fn spawn(cfg: SchedConfig, storage: Storage, metrics: Arc<Metrics>) -> Drive
         tx: tx.clone(),
         started: Instant::now(),
         metrics,
+        actions: Vec::new(),
     };
     tokio::spawn(async move {
         while let Some(cmd) = rx.recv().await {
             driver.handle(cmd);
         }
     });
-    DriverHandle { tx, next_id: Arc::new(AtomicU64::new(1)), queue_len, arena }
+    DriverHandle { tx, next_id: Arc::new(AtomicU64::new(1)), max_queued, arena }
 }
 
 impl Driver {
@@ -153,12 +158,15 @@ impl Driver {
         let event = match cmd {
             Cmd::Sent { id, blocks } => {
                 let layout = self.clients.get(&id).and_then(|c| self.files.get(&c.file)).map(|(f, _)| f.layout);
-                for block in blocks {
-                    if let Some(layout) = layout {
-                        self.metrics.sent_bytes.inc_by(u64::from(layout.block_len(block)));
-                    }
-                    self.step(Event::Sent { client: id, block });
+                if let Some(layout) = layout {
+                    let bytes: u64 = blocks.clone().map(|b| u64::from(layout.block_len(b))).sum();
+                    self.metrics.sent_bytes.inc_by(bytes);
                 }
+                let now = self.now();
+                for block in blocks {
+                    self.actions.extend(self.sched.on_event(now, Event::Sent { client: id, block }));
+                }
+                self.carry_out();
                 return;
             }
             Cmd::Join { id, file, have, in_order, tx } => {
@@ -197,10 +205,19 @@ impl Driver {
     /// Feeds one event to the scheduler and carries out its actions.
     fn step(&mut self, event: Event) {
         let now = self.now();
-        let actions: Vec<Action> = self.sched.on_event(now, event).collect();
-        for action in actions {
+        self.actions.extend(self.sched.on_event(now, event));
+        self.carry_out();
+    }
+
+    /// Carries out the actions gathered, in order. None of them feeds the
+    /// scheduler back (reads report later, as commands), so actions of
+    /// several events may be gathered first.
+    fn carry_out(&mut self) {
+        let mut actions = std::mem::take(&mut self.actions);
+        for action in actions.drain(..) {
             self.act(action);
         }
+        self.actions = actions;
         self.metrics.resident_bytes.set(self.sched.used_bytes() as i64);
     }
 

@@ -104,7 +104,7 @@ impl Server {
         let small_budget = if cfg.origin.is_none() { small::share(cfg.sched.cache_bytes, block) } else { 0 };
         cfg.sched.cache_bytes -= small_budget;
         let small = Arc::new(small::SmallFiles::new(small_budget, block));
-        let arena = if cfg.zero_copy && cfg.origin.is_none() { cache_arena(&cfg) } else { None };
+        let arena = if cfg.zero_copy && cfg.origin.is_none() { cache_arena(&cfg)? } else { None };
         let storage = driver::Storage {
             io_threads: cfg.io_threads,
             arena: arena.clone(),
@@ -232,10 +232,22 @@ impl Server {
 /// The zero-copy cache memory: a slot per block of the budget, plus a
 /// quarter for blocks that hyper still holds after the scheduler counted
 /// them sent (blocks beyond that use heap memory, as without an arena).
-fn cache_arena(cfg: &ServeConfig) -> Option<Arc<arena::Arena>> {
+/// Without a memfd the server still runs, with ordinary writes; a
+/// `--cache-dir` that cannot hold the file is an error, as it was asked for.
+fn cache_arena(cfg: &ServeConfig) -> std::io::Result<Option<Arc<arena::Arena>>> {
     let block = cfg.sched.block_size as usize;
     let slots = (cfg.sched.cache_bytes as usize).div_ceil(block) * 5 / 4 + 1;
-    arena::Arena::new(block, slots)
-        .inspect_err(|e| tracing::warn!(error = %e, "no memfd for the cache: sending with ordinary writes"))
-        .ok()
+    match arena::Arena::new(block, slots, cfg.cache_dir.as_deref()) {
+        Ok(arena) => Ok(Some(arena)),
+        Err(e) if cfg.cache_dir.is_some() => Err(std::io::Error::new(
+            e.kind(),
+            format!(
+                "--cache-dir: {e} (give a writable directory, e.g. a tmpfs: mount -t tmpfs -o huge=always tmpfs DIR)"
+            ),
+        )),
+        Err(e) => {
+            tracing::warn!(error = %e, "no memfd for the cache: sending with ordinary writes");
+            Ok(None)
+        }
+    }
 }

@@ -149,7 +149,7 @@ mod tests {
 
     #[tokio::test]
     async fn mixed_heap_and_arena_slices_arrive_in_order() {
-        let arena = Arena::new(1 << 20, 2).unwrap();
+        let arena = Arena::new(1 << 20, 2, None).unwrap();
         let block: Vec<u8> = (0..(1 << 20)).map(|i| (i % 253) as u8).collect();
         let cached = arena.store(&block).unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
