@@ -43,6 +43,11 @@ impl Cache {
         self.stamp
     }
 
+    /// Idle blocks (resident, unpinned: evictable).
+    pub fn idle_blocks(&self) -> u64 {
+        self.live as u64
+    }
+
     pub fn fits(&self, bytes: u64) -> bool {
         self.used + bytes <= self.limit
     }

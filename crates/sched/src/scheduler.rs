@@ -189,10 +189,7 @@ impl Scheduler {
             };
             let policy: &dyn Policy = if client.in_order { &Sequential } else { self.policy.as_ref() };
             let Some((pick, role)) = policy.pick(&ctx) else { return };
-            let hit_run = client.in_order && file.resident.contains(pick.block()) && self.deferred.is_empty();
-            if queued >= self.cfg.queue_len as usize && !hit_run {
-                // C12: past queue_len, an in-order client only takes blocks
-                // already resident, and only while no read waits for memory.
+            if queued >= self.cfg.queue_len as usize && !self.may_extend_run(client.in_order, file, pick.block()) {
                 return;
             }
             let file_id = client.file;
@@ -216,6 +213,17 @@ impl Scheduler {
                 self.read_ahead(id, file_id, b, lead.then_some(region_cap));
             }
         }
+    }
+
+    /// C12: past `queue_len`, an in-order client only takes a block already
+    /// resident, while no read waits for memory and at least half the budget
+    /// stays evictable: slow plain clients each pinning a long run must not
+    /// leave later reads waiting for them to drain.
+    fn may_extend_run(&self, in_order: bool, file: &FileState, b: BlockIdx) -> bool {
+        in_order
+            && file.resident.contains(b)
+            && self.deferred.is_empty()
+            && self.cache.idle_blocks() * u64::from(self.cfg.block_size) >= self.cache.limit / 2
     }
 
     /// After a storage read of `b` for client `id`, reads up to

@@ -249,6 +249,15 @@ fn c12_an_in_order_client_takes_resident_blocks_in_long_runs() {
     d.in_order_joins = false;
     d.join(3, 1, u64::from(n) * B, None);
     assert_eq!(sends_to(&d, 3).len(), 3);
+    // Long runs stop once half the budget is pinned: here two thirds of the
+    // file are idle, so a third client starting past the first's run gets
+    // only part of one.
+    let mut have = BlockSet::new(n);
+    (0..IN_ORDER_HIT_QUEUE).for_each(|b| _ = have.insert(b));
+    d.in_order_joins = true;
+    d.join(4, 1, u64::from(n) * B, Some(have));
+    let run = sends_to(&d, 4).len() as u32;
+    assert!((3..IN_ORDER_HIT_QUEUE).contains(&run), "{run}");
     // Blocks that must be read are queued only up to queue_len.
     let mut d = Driver::new(SchedConfig { cache_bytes: u64::from(n) * B, ..cfg(PolicyKind::Circus) });
     d.in_order_joins = true;
