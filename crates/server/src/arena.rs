@@ -77,17 +77,19 @@ impl Arena {
 
     /// One `Bytes` over blocks that sit in consecutive slots, so a run of
     /// blocks goes out in one frame and one `sendfile`. `None` unless every
-    /// part is arena memory and each starts where the one before ends.
-    pub fn join(self: &Arc<Self>, parts: &[Bytes]) -> Option<Bytes> {
+    /// part is arena memory and each starts where the one before ends. The
+    /// parts are moved in, not cloned: on the hot path a clone is an atomic
+    /// increment, and its drop a decrement, per block and client.
+    pub fn join(self: &Arc<Self>, parts: Vec<Bytes>) -> Option<Bytes> {
         let start = self.locate(parts.first()?)?;
         let mut end = start;
-        for p in parts {
+        for p in &parts {
             if self.locate(p)? != end {
                 return None;
             }
             end += p.len() as u64;
         }
-        let run = Run { arena: self.clone(), _parts: parts.to_vec(), start: start as usize, end: end as usize };
+        let run = Run { arena: self.clone(), _parts: parts, start: start as usize, end: end as usize };
         Some(Bytes::from_owner(run))
     }
 
@@ -220,13 +222,13 @@ mod tests {
     fn joins_only_consecutive_slots() {
         let arena = Arena::new(4096, 3, None).unwrap();
         let blocks: Vec<Bytes> = (1..=3u8).map(|i| arena.store(&[i; 4096]).unwrap()).collect();
-        let run = arena.join(&blocks).unwrap();
+        let run = arena.join(blocks.clone()).unwrap();
         assert_eq!(run.len(), 3 * 4096);
         assert_eq!(&run[4095..4097], &[1, 2]);
         assert_eq!(arena.locate(&run), Some(0));
-        assert!(arena.join(&[blocks[0].clone(), blocks[2].clone()]).is_none(), "gap");
-        assert!(arena.join(&[blocks[1].clone(), blocks[0].clone()]).is_none(), "order");
-        assert!(arena.join(&[Bytes::from_static(b"heap")]).is_none());
+        assert!(arena.join(vec![blocks[0].clone(), blocks[2].clone()]).is_none(), "gap");
+        assert!(arena.join(vec![blocks[1].clone(), blocks[0].clone()]).is_none(), "order");
+        assert!(arena.join(vec![Bytes::from_static(b"heap")]).is_none());
         // The run keeps its slots: dropping the blocks frees nothing yet.
         drop(blocks);
         assert!(arena.store(&[9; 10]).is_none());

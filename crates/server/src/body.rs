@@ -212,7 +212,7 @@ impl RangeCursor {
         }
         match run.len() {
             1 => run.pop().expect("one block"),
-            _ => arena.join(&run).expect("consecutive slots join"),
+            _ => arena.join(run).expect("consecutive slots join"),
         }
     }
 
