@@ -12,7 +12,8 @@
 //! `driver` (the task that owns the scheduler and cache), `body` (response
 //! bodies fed by the driver), `http` (routing and HTTP semantics),
 //! [`rfc9110`] (pure precondition and range rules), `observe`
-//! (`/metrics`, `/status`), `arena` and `sendfile` (cache memory in a memfd,
+//! (`/metrics`, `/status`), `arena` and `sendfile` (cache memory in a memfd
+//! or an unlinked file on `--cache-dir`,
 //! sent with `sendfile(2)` instead of copied), `pacer` (a storage read cap),
 //! `hitlane` (resident small objects answered before hyper sees the
 //! connection), `small` (whole small local files kept for the lane),
