@@ -436,3 +436,146 @@ fn pipelined_hits_answered_before_hyper_match_the_full_path_and_hand_over_in_ord
     assert!(rest.is_empty(), "connection: close ends the connection after its answer");
     assert_eq!(origin.counters.requests.load(Ordering::SeqCst), 3, "two misses, one for another /b; the rest hits");
 }
+
+/// What a native reader saw: the response's content type, the order the
+/// blocks came in (each checked against the manifest), and the bytes put
+/// together.
+#[derive(Debug, Default)]
+struct NativeGot {
+    content_type: String,
+    order: Vec<u32>,
+    data: Vec<u8>,
+    ended: bool,
+    error: Option<String>,
+}
+
+/// A native GET over HTTP/1.0 (so the body is the stream itself, not
+/// chunked), read `pace` apart per 64 KiB; `progress` counts the blocks
+/// received so far.
+fn get_native(addr: &str, path: &str, pace: Duration, progress: &AtomicU64) -> NativeGot {
+    use circus_proto::{Decoder, Frame};
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let req = format!("GET {path} HTTP/1.0\r\naccept: {}\r\n\r\n", circus_proto::CONTENT_TYPE);
+    s.write_all(req.as_bytes()).unwrap();
+    let mut r = BufReader::new(s);
+    let (_, headers) = common::read_head(&mut r);
+    let mut got =
+        NativeGot { content_type: headers.get("content-type").cloned().unwrap_or_default(), ..Default::default() };
+    let mut body = Vec::new();
+    if got.content_type != circus_proto::CONTENT_TYPE {
+        r.read_to_end(&mut body).unwrap();
+        got.data = body;
+        return got;
+    }
+    let (mut decoder, mut buf, mut manifest) = (Decoder::new(), bytes::BytesMut::new(), None);
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        thread::sleep(pace);
+        let n = r.read(&mut chunk).unwrap_or(0);
+        buf.extend_from_slice(&chunk[..n]);
+        while let Some(frame) = decoder.decode(&mut buf).unwrap() {
+            match frame {
+                Frame::Manifest(m) => {
+                    got.data = vec![0; m.file_size as usize];
+                    manifest = Some(m);
+                }
+                Frame::Block(b) => {
+                    let b = manifest.as_ref().unwrap().check_block(b).expect("every block matches its leaf");
+                    got.data[b.offset() as usize..][..b.data().len()].copy_from_slice(b.data());
+                    got.order.push(b.index());
+                    progress.fetch_add(1, Ordering::SeqCst);
+                }
+                Frame::End => got.ended = true,
+                Frame::Error { message, .. } => got.error = Some(message),
+                Frame::Unknown { .. } => {}
+            }
+        }
+        if n == 0 {
+            return got;
+        }
+    }
+}
+
+#[test]
+fn native_clients_of_an_origin_object_share_out_of_order_reads_once_its_tree_is_known() {
+    let size = 24 << 20;
+    let data = pattern(size, 7);
+    let obj = Obj { data: data.clone(), cache_control: "max-age=600", ..Obj::default() };
+    let origin = start_origin(HashMap::from([("/big.bin", obj)]));
+    // The tier keeps less than the object: native reads go back to the origin.
+    let t = tier(&origin, &["--cache", "16MiB", "--origin-block", "256KiB"]);
+    let none = AtomicU64::new(0);
+
+    // The tree is learnt from the first pass: until then a native client
+    // gets the plain object (the protocol's fallback), whole and exact.
+    let first = get_native(&t.addr, "/big.bin", Duration::ZERO, &none);
+    assert_ne!(first.content_type, circus_proto::CONTENT_TYPE);
+    assert!(first.data == *data, "the plain fallback differs from the object");
+    let after_first = origin.counters.body_bytes.load(Ordering::SeqCst);
+
+    // Now natively: a slow client, then three fast ones joining a third of
+    // the way in, which the scheduler starts where the slow one's blocks
+    // are in memory and serves from shared reads.
+    let progress = Arc::new(AtomicU64::new(0));
+    let slow = {
+        let (addr, progress) = (t.addr.clone(), progress.clone());
+        thread::spawn(move || get_native(&addr, "/big.bin", Duration::from_millis(10), &progress))
+    };
+    let blocks = (size / (64 << 10)) as u64;
+    let started = Instant::now();
+    while progress.load(Ordering::SeqCst) < blocks / 3 {
+        assert!(started.elapsed() < Duration::from_secs(60), "the slow native client made no progress");
+        thread::sleep(Duration::from_millis(5));
+    }
+    let fast: Vec<_> = (0..3)
+        .map(|_| {
+            let addr = t.addr.clone();
+            thread::spawn(move || get_native(&addr, "/big.bin", Duration::ZERO, &AtomicU64::new(0)))
+        })
+        .collect();
+    let fast: Vec<NativeGot> = fast.into_iter().map(|f| f.join().unwrap()).collect();
+    let slow = slow.join().unwrap();
+    for (i, g) in std::iter::once(&slow).chain(&fast).enumerate() {
+        assert_eq!(g.content_type, circus_proto::CONTENT_TYPE, "client {i}");
+        assert!(g.ended && g.error.is_none(), "client {i}: {:?}", g.error);
+        assert_eq!(g.order.len() as u64, blocks, "client {i}: each block once");
+        assert!(g.data == *data, "client {i}: wrong bytes");
+    }
+    assert!(fast.iter().all(|g| g.order[0] != 0), "a late client started at block 0 rather than in the shared region");
+    let native_bytes = origin.counters.body_bytes.load(Ordering::SeqCst) - after_first;
+    eprintln!(
+        "first pass {:.2} x size, four native clients {:.2} x size; late clients' first blocks {:?}",
+        after_first as f64 / size as f64,
+        native_bytes as f64 / size as f64,
+        fast.iter().map(|g| g.order[0]).collect::<Vec<_>>()
+    );
+    // Sharing: four downloads through a cache smaller than the object cost
+    // far less than four reads of it (each late client must still get the
+    // third that left memory before it came).
+    assert!((native_bytes as f64) < 2.5 * size as f64, "{native_bytes} origin bytes for four native downloads");
+}
+
+#[test]
+fn an_origin_object_replaced_under_native_clients_ends_their_streams_with_an_error() {
+    let size = 8 << 20;
+    let (v1, v2) = (pattern(size, 8), pattern(size, 9));
+    // The tier keeps less than the object, so the native pass fetches
+    // blocks again; the origin publishes v2 after one and a half times the
+    // object has gone out: during that pass.
+    let obj = Obj {
+        data: v1.clone(),
+        cache_control: "max-age=600",
+        replaced_after: Some((size as u64 * 3 / 2, v2.clone())),
+        ..Obj::default()
+    };
+    let origin = start_origin(HashMap::from([("/obj.bin", obj)]));
+    let t = tier(&origin, &["--cache", "8MiB", "--origin-block", "256KiB"]);
+    let none = AtomicU64::new(0);
+    let first = get_native(&t.addr, "/obj.bin", Duration::ZERO, &none);
+    assert!(first.data == *v1, "the plain first pass differs from v1");
+    let g = get_native(&t.addr, "/obj.bin", Duration::from_millis(2), &none);
+    assert_eq!(g.content_type, circus_proto::CONTENT_TYPE);
+    assert!(!g.ended, "a native stream ended as complete although its object changed at the origin");
+    assert!(g.error.is_some(), "the stream should end with an ERROR frame");
+}

@@ -172,7 +172,16 @@ impl FileConfig {
             }
             set(&mut o.readahead, self.origin_readahead);
             set(&mut o.timeout, self.origin_timeout_secs.map(Duration::from_secs));
-            crate::origin::split_budget(o, cfg.sched.cache_bytes).map_err(ConfigError::Origin)?;
+            let block = cfg.sched.block_size;
+            if o.block_size % block != 0 {
+                return Err(ConfigError::Origin(format!(
+                    "--origin-block ({}) must be a multiple of --block ({block}): native downloads of origin objects are cut into blocks of --block",
+                    o.block_size
+                )));
+            }
+            let budget = cfg.sched.cache_bytes;
+            crate::origin::split_budget(o, budget - crate::origin::scheduler_share(budget, block).min(budget))
+                .map_err(ConfigError::Origin)?;
         }
         cfg.sched.validate()?;
         Ok(())

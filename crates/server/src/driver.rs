@@ -3,7 +3,12 @@
 //! through a [`DriverHandle`]; storage reads run on blocking threads, at most
 //! `io_threads` at once, and report back as events.
 
-use crate::{arena::Arena, files::FileEntry, metrics::Metrics, pacer::ReadPacer};
+use crate::{
+    arena::Arena,
+    files::{Backing, FileEntry},
+    metrics::Metrics,
+    pacer::ReadPacer,
+};
 use bytes::Bytes;
 use circus_core::{BlockIdx, BlockSet, ClientId, FileId};
 use circus_sched::{Action, Counters, Event, SchedConfig, Scheduler, Status};
@@ -262,13 +267,23 @@ impl Driver {
                 let len = u64::from(entry.layout.block_len(block));
                 tokio::time::sleep(pacer.book(std::time::Instant::now(), len)).await;
             }
-            let reading = entry.clone();
-            let result = tokio::task::spawn_blocking(move || {
-                let bytes = read_verified(&reading, block)?;
-                Ok(slot.and_then(|s| s.fill(&bytes)).unwrap_or(bytes))
-            })
-            .await
-            .unwrap_or_else(|e| Err(format!("read task: {e}")));
+            let result = match &entry.backing {
+                Backing::Disk { .. } => {
+                    let reading = entry.clone();
+                    tokio::task::spawn_blocking(move || {
+                        let bytes = read_verified(&reading, block)?;
+                        Ok(slot.and_then(|s| s.fill(&bytes)).unwrap_or(bytes))
+                    })
+                    .await
+                    .unwrap_or_else(|e| Err(format!("read task: {e}")))
+                }
+                // The tier has no arena: its blocks are written, not sent
+                // with sendfile.
+                Backing::Origin(blocks) => {
+                    let (offset, len) = (entry.layout.offset(block), entry.layout.block_len(block));
+                    blocks.read(offset, len).await.and_then(|bytes| checked(&entry, block, bytes))
+                }
+            };
             let _ = tx.send(Cmd::Loaded { file: entry, block, result });
         });
     }
@@ -301,6 +316,12 @@ fn read_verified(entry: &FileEntry, block: BlockIdx) -> Result<Bytes, String> {
     let bytes = reader
         .read_block(entry.layout.offset(block), entry.layout.block_len(block))
         .map_err(|e| format!("{} block {block}: {e}", entry.rel))?;
+    checked(entry, block, bytes)
+}
+
+/// `bytes` if they are block `block` of the version the index describes
+/// (or no index is known yet).
+fn checked(entry: &FileEntry, block: BlockIdx, bytes: Bytes) -> Result<Bytes, String> {
     match entry.index_now() {
         Some(index) if !index.verify(block, &bytes) => {
             Err(format!("{} block {block} does not match its hash: file changed or damaged", entry.rel))

@@ -1,7 +1,12 @@
 //! From a request path to a file version: safe resolution under the root,
 //! one `FileId` per (path, size, mtime), and the lazily built hash index.
+//! A [`FileEntry`] is what the scheduler's driver reads blocks of: a local
+//! file, or an origin object version whose tree the tier has learnt.
 
-use crate::error::HttpError;
+use crate::{
+    error::HttpError,
+    origin::{Object, OriginBlocks},
+};
 use bytes::{Bytes, BytesMut};
 use circus_core::{BlockLayout, FileId};
 use circus_proto::{Manifest, encode_preamble};
@@ -20,13 +25,12 @@ pub struct FileEntry {
     pub id: FileId,
     /// Path relative to the root, with `/` separators.
     pub rel: String,
-    pub path: PathBuf,
+    pub backing: Backing,
     pub size: u64,
     pub modified: SystemTime,
     pub etag: String,
     pub content_type: String,
     pub layout: BlockLayout,
-    reader: OnceLock<Arc<BlockReader>>,
     index: OnceCell<Arc<FileIndex>>,
     /// The encoded preamble and manifest, shared by every native response
     /// of this version (32 bytes per block: 128 KiB for a 256 MiB file, which
@@ -34,14 +38,46 @@ pub struct FileEntry {
     preface: OnceLock<Bytes>,
 }
 
+/// Where a version's blocks are read from.
+#[derive(Debug)]
+pub enum Backing {
+    /// A file under the served root.
+    Disk { path: PathBuf, reader: OnceLock<Arc<BlockReader>> },
+    /// An origin object version, through the tier's store and fetches.
+    Origin(OriginBlocks),
+}
+
 impl FileEntry {
-    /// The block reader, opened on first use. Blocking.
+    /// An origin object version whose tree is complete, as the scheduler
+    /// sees it.
+    pub fn from_origin(id: FileId, obj: &Object, blocks: OriginBlocks, index: Arc<FileIndex>) -> Self {
+        let content_type = obj.headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+        FileEntry {
+            id,
+            rel: obj.target.clone(),
+            backing: Backing::Origin(blocks),
+            size: obj.size,
+            modified: obj.last_modified.unwrap_or(SystemTime::UNIX_EPOCH),
+            // Resumes name the version by ETag (If-Range): an origin that
+            // gave none gets one that names this fetched version.
+            etag: obj.etag.clone().unwrap_or_else(|| format!("\"circus-origin-{:x}\"", obj.version)),
+            content_type: content_type.unwrap_or("application/octet-stream").to_owned(),
+            layout: BlockLayout::new(obj.size, index.block_size),
+            index: OnceCell::new_with(Some(index)),
+            preface: OnceLock::new(),
+        }
+    }
+
+    /// The block reader of a local file, opened on first use. Blocking.
     pub fn reader(&self) -> std::io::Result<Arc<BlockReader>> {
-        if let Some(r) = self.reader.get() {
+        let Backing::Disk { path, reader } = &self.backing else {
+            return Err(std::io::Error::other(format!("{} is an origin object, not a local file", self.rel)));
+        };
+        if let Some(r) = reader.get() {
             return Ok(r.clone());
         }
-        let r = Arc::new(BlockReader::open(&self.path)?);
-        Ok(self.reader.get_or_init(|| r).clone())
+        let r = Arc::new(BlockReader::open(path)?);
+        Ok(reader.get_or_init(|| r).clone())
     }
 
     /// The native stream's preamble and manifest, encoded once.
@@ -130,10 +166,9 @@ impl FileTable {
             content_type: mime_guess::from_path(&rel).first_or_octet_stream().essence_str().to_owned(),
             layout: BlockLayout::new(meta.len(), self.block_size),
             rel: rel.clone(),
-            path: real,
+            backing: Backing::Disk { path: real, reader: OnceLock::new() },
             size: meta.len(),
             modified,
-            reader: OnceLock::new(),
             index: OnceCell::new(),
             preface: OnceLock::new(),
         });

@@ -4,6 +4,7 @@
 use crate::{
     AppState,
     body::{NativeBody, Part, PlainBody},
+    driver::DriverHandle,
     error::HttpError,
     files::FileEntry,
     rfc9110::{self, Conditionals, Precondition, Ranges, Validators},
@@ -12,6 +13,7 @@ use base64::Engine;
 use bytes::Bytes;
 use circus_core::BlockSet;
 use circus_proto::{CONTENT_TYPE as NATIVE_TYPE, NEED_HEADER};
+use circus_store::FileIndex;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use std::sync::Arc;
@@ -114,7 +116,7 @@ fn status_only(status: StatusCode) -> Response<ResBody> {
 
 /// Whether the client lists the native media type with a non-zero quality
 /// (`;q=0` means "not acceptable", RFC 9110 §12.5.1).
-fn wants_native(h: &HeaderMap) -> bool {
+pub(crate) fn wants_native(h: &HeaderMap) -> bool {
     lists_native(h.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()))
 }
 
@@ -138,6 +140,18 @@ async fn native(
     head: bool,
 ) -> Result<Response<ResBody>, HttpError> {
     let index = file.index(state.files.root()).await?;
+    native_response(&state.driver, file, &index, h, head)
+}
+
+/// The native stream of `file` (local or an origin object) from the
+/// scheduler, honouring a resume's `Circus-Need` when `If-Range` allows.
+pub(crate) fn native_response(
+    driver: &DriverHandle,
+    file: &Arc<FileEntry>,
+    index: &FileIndex,
+    h: &HeaderMap,
+    head: bool,
+) -> Result<Response<ResBody>, HttpError> {
     let blocks = file.layout.blocks();
     // A resume (Circus-Need) only applies to the version the client has.
     let same_version = rfc9110::if_range_allows(
@@ -150,9 +164,8 @@ async fn native(
         ),
         None => BlockSet::new(blocks),
     };
-    let preface = file.preface(&index)?;
-    let body =
-        if head { full(Bytes::new()) } else { NativeBody::new(&state.driver, file.clone(), preface, have).boxed() };
+    let preface = file.preface(index)?;
+    let body = if head { full(Bytes::new()) } else { NativeBody::new(driver, file.clone(), preface, have).boxed() };
     let mut res = Response::new(body);
     res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(NATIVE_TYPE));
     res.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));

@@ -95,15 +95,19 @@ impl Server {
         let listener = TcpListener::bind(cfg.listen).await?;
         let mut registry = Registry::default();
         let metrics = Arc::new(metrics::Metrics::register(&mut registry));
-        // With an origin, the one cache budget goes to the origin tier: the
-        // scheduler's block cache (and its arena) holds nothing, as no local
-        // file is served.
+        // With an origin, the scheduler's block cache gets a share for
+        // native downloads of origin objects and the tier the rest; no
+        // arena is made (origin blocks are written, not sent with sendfile).
         // Locally, small files get their share of the budget; the
         // scheduler's block cache the rest.
         let mut cfg = cfg;
         let block = u64::from(cfg.sched.block_size);
-        let small_budget = if cfg.origin.is_none() { small::share(cfg.sched.cache_bytes, block) } else { 0 };
+        let budget = cfg.sched.cache_bytes;
+        let small_budget = if cfg.origin.is_none() { small::share(budget, block) } else { 0 };
         cfg.sched.cache_bytes -= small_budget;
+        if cfg.origin.is_some() {
+            cfg.sched.cache_bytes = origin::scheduler_share(budget, cfg.sched.block_size);
+        }
         let small = Arc::new(small::SmallFiles::new(small_budget, block));
         let arena = if cfg.zero_copy && cfg.origin.is_none() { cache_arena(&cfg)? } else { None };
         let storage = driver::Storage {
@@ -114,8 +118,14 @@ impl Server {
         let driver = driver::spawn(cfg.sched.clone(), storage, metrics.clone());
         let origin = match &cfg.origin {
             Some(o) => Some(Arc::new(
-                origin::OriginTier::new(o, cfg.sched.cache_bytes, &mut registry)
-                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?,
+                origin::OriginTier::new(
+                    o,
+                    budget - cfg.sched.cache_bytes,
+                    driver.clone(),
+                    cfg.sched.block_size,
+                    &mut registry,
+                )
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?,
             )),
             None => None,
         };

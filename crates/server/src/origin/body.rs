@@ -73,7 +73,7 @@ impl Cursor {
             let layout = self.obj.layout;
             let b = layout.block_of(self.pos).expect("range within the object");
             let at = layout.offset(b);
-            match self.tier.block(&self.obj, b) {
+            match self.tier.block(&self.obj, b, self.tier.readahead) {
                 BlockRef::Ready(bytes) => {
                     if let Some(out) = self.clip(at, &bytes) {
                         return Some(Ok(out));

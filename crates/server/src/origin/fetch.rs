@@ -84,6 +84,37 @@ impl BlockFetch {
         self.tick.send_replace(());
     }
 
+    /// Bytes `at..at + len` of the block, copied out of its chunks once
+    /// they have arrived (the rest of the block may still be on its way).
+    pub async fn range(&self, at: usize, len: usize) -> Result<Bytes, String> {
+        let mut rx = self.subscribe();
+        loop {
+            rx.borrow_and_update();
+            {
+                let st = self.state.lock().expect("fetch lock");
+                if let Some(Err(e)) = &st.end {
+                    return Err(e.clone());
+                }
+                if st.received >= at + len {
+                    let mut out = BytesMut::with_capacity(len);
+                    let mut pos = 0;
+                    for c in &st.chunks {
+                        let (from, to) = (at.max(pos), (at + len).min(pos + c.len()));
+                        if from < to {
+                            out.extend_from_slice(&c[from - pos..to - pos]);
+                        }
+                        pos += c.len();
+                    }
+                    return Ok(out.freeze());
+                }
+                if st.end.is_some() {
+                    return Err(format!("block ended at {} bytes, before byte {}", st.received, at + len));
+                }
+            }
+            let _ = rx.changed().await;
+        }
+    }
+
     /// Chunk `idx`, waiting for it; `Ok(None)` once the block is complete
     /// and all its chunks were taken.
     pub async fn chunk(&self, idx: usize, rx: &mut watch::Receiver<()>) -> Result<Option<Bytes>, String> {
@@ -135,11 +166,14 @@ mod tests {
         assert_eq!(f.complete().unwrap(), "abcdef");
         assert_eq!(f.chunk(2, &mut early).await, Ok(None));
 
+        assert_eq!(f.range(2, 3).await.unwrap(), "cde", "a range across chunks");
+
         let g = BlockFetch::new(4);
         g.push(Bytes::from_static(b"ab"));
         g.fail("origin closed the connection");
         let mut rx = g.subscribe();
         assert!(g.chunk(0, &mut rx).await.is_err(), "no chunk of a failed block is handed out");
         assert!(g.complete().is_none());
+        assert!(g.range(0, 2).await.is_err(), "a failed block yields no range, even one that arrived");
     }
 }

@@ -15,12 +15,21 @@
 //! client, or `s3`, a bucket through object_store), `object` (a stored version),
 //! `hit` (whole small objects answered by the hit lane, before hyper),
 //! `fetch` (single-flight block fetches), `store` (the byte budget, S3-FIFO
-//! admission via quick_cache), `body` (response bodies).
+//! admission via quick_cache), `body` (response bodies), `leaves` (each
+//! version's hash tree, learnt as its blocks pass).
+//!
+//! Native clients (`Accept: application/vnd.circus.blocks`) of a version
+//! whose tree is complete are served like local files: a [`FileEntry`]
+//! backed by the tier joins the scheduler, which reads blocks through
+//! [`OriginTier::read`] (store or single-flight fetch) and sends them in its
+//! own order, shared across clients. Until the tree is complete they get the
+//! plain response, which the protocol lets every client fall back on.
 
 mod body;
 mod client;
 mod fetch;
 mod hit;
+mod leaves;
 mod object;
 mod s3;
 mod source;
@@ -29,18 +38,21 @@ mod store;
 pub use source::{OriginSource, S3Config};
 
 use crate::{
+    driver::DriverHandle,
     error::HttpError,
+    files::FileEntry,
     http::ResBody,
     rfc9110::{self, Conditionals, Precondition, Ranges, Validators},
     rfc9111::{self, CacheControl},
 };
 use bytes::Bytes;
+use circus_core::FileId;
 use client::content_range;
 use fetch::BlockFetch;
 use futures_util::StreamExt;
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Empty, Full};
-use object::Object;
+pub(crate) use object::Object;
 use prometheus_client::{
     metrics::{counter::Counter, gauge::Gauge},
     registry::Registry,
@@ -50,7 +62,7 @@ use source::{OriginResponse, Source};
 use std::{
     collections::HashMap,
     sync::{
-        Arc, Mutex,
+        Arc, Mutex, Weak,
         atomic::{AtomicU64, Ordering},
     },
     time::{Duration, SystemTime},
@@ -162,6 +174,36 @@ pub struct OriginTier {
     fetch_kib: Arc<Semaphore>,
     fetch_kib_total: u32,
     metrics: OriginMetrics,
+    /// The scheduler, for native downloads of versions with a known tree.
+    driver: DriverHandle,
+    /// The scheduler's block size: the unit of native blocks and leaves.
+    native_block: u32,
+    /// The scheduler's view of each version being served natively, by
+    /// version; weak, as the entries hold the tier.
+    natives: Mutex<FxHashMap<u64, Weak<FileEntry>>>,
+}
+
+/// A version of an origin object as the scheduler reads it: blocks come
+/// from the tier's store or its single-flight fetches.
+#[derive(Debug)]
+pub struct OriginBlocks {
+    tier: Arc<OriginTier>,
+    obj: Arc<Object>,
+}
+
+impl OriginBlocks {
+    /// `len` bytes at `offset` (one native block, within one origin block),
+    /// copied out so that the scheduler's budget counts what it holds.
+    pub async fn read(&self, offset: u64, len: u32) -> Result<Bytes, String> {
+        self.tier.read(&self.obj, offset, len).await
+    }
+}
+
+/// With an origin, the share of `--cache` the scheduler gets for native
+/// downloads (its blocks are copies of the tier's, counted apart); the
+/// tier keeps the rest.
+pub fn scheduler_share(budget: u64, block: u32) -> u64 {
+    (budget / 4).max(2 * u64::from(block))
 }
 
 /// How `budget` is split: the share for fetches in flight (at least one
@@ -184,7 +226,13 @@ impl OriginTier {
     /// `budget` bytes of memory for descriptions, blocks and fetches in
     /// flight (checked by the config: see [`split_budget`]). Fails on
     /// origin settings that cannot work.
-    pub fn new(cfg: &OriginConfig, budget: u64, registry: &mut Registry) -> Result<Self, String> {
+    pub fn new(
+        cfg: &OriginConfig,
+        budget: u64,
+        driver: DriverHandle,
+        native_block: u32,
+        registry: &mut Registry,
+    ) -> Result<Self, String> {
         let (fetching, stored) = split_budget(cfg, budget).unwrap_or((budget / 2, budget / 2));
         let fetch_kib_total = u32::try_from(fetching / 1024).unwrap_or(u32::MAX).max(1);
         Ok(OriginTier {
@@ -199,6 +247,9 @@ impl OriginTier {
             readahead: cfg.readahead,
             slots: Arc::new(Semaphore::new(cfg.max_fetches.max(1))),
             metrics: OriginMetrics::register(registry),
+            driver,
+            native_block,
+            natives: Mutex::default(),
         })
     }
 
@@ -299,8 +350,17 @@ impl OriginTier {
             return Lookup::NotShared;
         }
         let version = self.next_version.fetch_add(1, Ordering::Relaxed);
-        let obj =
-            Arc::new(Object::new(target, version, size, self.block_size, h, &res.headers, request_time, response_time));
+        let obj = Arc::new(Object::new(
+            target,
+            version,
+            size,
+            self.block_size,
+            self.native_block,
+            h,
+            &res.headers,
+            request_time,
+            response_time,
+        ));
         let layout = obj.layout;
         if layout.blocks() > 0 {
             let last = layout.block_of(last_byte).expect("in the object");
@@ -315,9 +375,9 @@ impl OriginTier {
     }
 
     /// Block `b` of `obj`, resident or on its way; starts fetches for it and
-    /// the blocks after it that are neither.
-    fn block(self: &Arc<Self>, obj: &Arc<Object>, b: u32) -> BlockRef {
-        let last = (b + self.readahead).min(obj.layout.blocks() - 1);
+    /// the `readahead` blocks after it that are neither.
+    fn block(self: &Arc<Self>, obj: &Arc<Object>, b: u32, readahead: u32) -> BlockRef {
+        let last = (b + readahead).min(obj.layout.blocks() - 1);
         if let Some(bytes) = self.store.block(obj.version, b) {
             if last > b {
                 self.ensure(obj, b + 1, last);
@@ -335,6 +395,57 @@ impl OriginTier {
                 return BlockRef::Ready(bytes);
             }
         }
+    }
+
+    /// `len` bytes at `offset` of `obj`, within one of its blocks, copied.
+    async fn read(self: &Arc<Self>, obj: &Arc<Object>, offset: u64, len: u32) -> Result<Bytes, String> {
+        let b = obj.layout.block_of(offset).ok_or_else(|| format!("{}: read past the end", obj.target))?;
+        let at = (offset - obj.layout.offset(b)) as usize;
+        // The scheduler's reads are the demand: no read-ahead of our own,
+        // whose blocks its out-of-order reads might never come for.
+        match self.block(obj, b, 0) {
+            BlockRef::Ready(bytes) => bytes
+                .get(at..at + len as usize)
+                .map(Bytes::copy_from_slice)
+                .ok_or_else(|| format!("{}: a native block crosses origin blocks", obj.target)),
+            BlockRef::Pending(fetch) => fetch.range(at, len as usize).await,
+        }
+    }
+
+    /// The scheduler's entry for `obj`, once its tree is complete: one per
+    /// version while any download or cached block uses it, so that every
+    /// native client of the version shares the scheduler's reads.
+    fn native_entry(self: &Arc<Self>, obj: &Arc<Object>) -> Option<Arc<FileEntry>> {
+        let index = obj.leaves.index()?;
+        let mut natives = self.natives.lock().expect("natives lock");
+        if let Some(entry) = natives.get(&obj.version).and_then(Weak::upgrade) {
+            return Some(entry);
+        }
+        natives.retain(|_, e| e.strong_count() > 0);
+        let blocks = OriginBlocks { tier: self.clone(), obj: obj.clone() };
+        // Local files number theirs from 1; the top bit keeps the two apart.
+        let id = FileId(obj.version | 1 << 63);
+        let entry = Arc::new(FileEntry::from_origin(id, obj, blocks, index));
+        natives.insert(obj.version, Arc::downgrade(&entry));
+        Some(entry)
+    }
+
+    /// The native stream of `file` (a version of `obj` with its tree known).
+    fn native(&self, obj: &Object, file: &Arc<FileEntry>, h: &HeaderMap, head: bool) -> Response<ResBody> {
+        let index = file.index_now().expect("made with its index");
+        let mut res = match crate::http::native_response(&self.driver, file, &index, h, head) {
+            Ok(res) => res,
+            Err(e) => return crate::http::error_response(&e),
+        };
+        let rh = res.headers_mut();
+        rh.insert(header::ETAG, HeaderValue::from_str(&file.etag).expect("etag is a header value"));
+        for name in [header::LAST_MODIFIED, HeaderName::from_static("repr-digest")] {
+            if let Some(v) = obj.headers.get(&name) {
+                rh.insert(name, v.clone());
+            }
+        }
+        rh.insert(header::VARY, HeaderValue::from_static("Accept"));
+        res
     }
 
     /// Claims the blocks in `first..=last` that are neither resident nor in
@@ -385,7 +496,8 @@ impl OriginTier {
     ) {
         let tier = self.clone();
         tokio::spawn(async move {
-            let mut done = Done { tier: tier.clone(), version: obj.version, first, fetches, next: 0 };
+            let mut done =
+                Done { tier: tier.clone(), version: obj.version, leaves: obj.leaves.clone(), first, fetches, next: 0 };
             if let Err(e) = tier.pump(&obj, &mut done, res).await {
                 tier.metrics.origin_errors.inc();
                 tracing::warn!(target = %obj.target, block = first + done.next as u32, error = %e.why, "origin fetch failed");
@@ -499,6 +611,11 @@ impl OriginTier {
             }
             Precondition::Proceed => {}
         }
+        if crate::http::wants_native(h)
+            && let Some(file) = self.native_entry(obj)
+        {
+            return self.native(obj, &file, h, head);
+        }
         let size = obj.size;
         let ranges = if (has_etag || has_lm) && rfc9110::if_range_allows(hs(header::IF_RANGE), &v) {
             rfc9110::resolve_ranges(hs(header::RANGE), size)
@@ -568,10 +685,15 @@ impl OriginTier {
 }
 
 /// The client's headers that select a representation, without the ones
-/// that ask for a part or a condition (the tier fetches whole blocks).
+/// that ask for a part or a condition (the tier fetches whole blocks), and
+/// without an Accept that asks for the native stream: the tier makes that
+/// itself and needs the plain object, also from an origin that is a circus.
 fn forwarded(h: &HeaderMap) -> HeaderMap {
     let mut fh = h.clone();
     client::strip_hop_by_hop(&mut fh);
+    if crate::http::wants_native(h) {
+        fh.remove(header::ACCEPT);
+    }
     for name in [
         header::RANGE,
         header::IF_RANGE,
@@ -616,6 +738,7 @@ impl PumpError {
 struct Done {
     tier: Arc<OriginTier>,
     version: u64,
+    leaves: Arc<leaves::Leaves>,
     first: u32,
     fetches: Vec<Arc<BlockFetch>>,
     /// Index of the block being received.
@@ -629,6 +752,7 @@ impl Done {
         let b = self.first + self.next as u32;
         let fetch = &self.fetches[self.next];
         if let Some(bytes) = fetch.complete() {
+            self.leaves.record(b, &bytes);
             self.tier.store.put_block(self.version, b, bytes);
         }
         self.forget(b, fetch);

@@ -4,10 +4,11 @@
 //! refreshed by a 304 keeps its blocks and a new version never mixes with
 //! an old one.
 
+use super::leaves::Leaves;
 use crate::rfc9111::{self, Freshness};
 use circus_core::BlockLayout;
 use http::{HeaderMap, HeaderName, header};
-use std::time::SystemTime;
+use std::{sync::Arc, time::SystemTime};
 
 /// Response headers a cache relays (RFC 9111 §3.1); framing and per-hop
 /// headers are set per response instead.
@@ -46,6 +47,9 @@ pub struct Object {
     /// The head of a whole 200 response as the hit lane writes it, up to
     /// the per-request `age` (and `date` when the origin sent none).
     pub wire_head: Vec<u8>,
+    /// The version's hash tree, learnt as its blocks are fetched (shared
+    /// with the same version refreshed by a 304).
+    pub leaves: Arc<Leaves>,
 }
 
 impl Object {
@@ -56,6 +60,7 @@ impl Object {
         version: u64,
         size: u64,
         block_size: u32,
+        native_block: u32,
         req: &HeaderMap,
         res: &HeaderMap,
         request_time: SystemTime,
@@ -90,6 +95,7 @@ impl Object {
             freshness: Freshness::of(res, request_time, response_time),
             wire_head: wire_head(&headers, size),
             headers,
+            leaves: Arc::new(Leaves::new(size, native_block, block_size)),
         }
     }
 
@@ -111,6 +117,7 @@ impl Object {
             freshness: Freshness::of(&merged, request_time, response_time),
             wire_head: wire_head(&merged, self.size),
             headers: merged,
+            leaves: self.leaves.clone(),
         }
     }
 
@@ -137,7 +144,7 @@ impl Object {
     pub fn header_bytes(&self) -> u64 {
         let fields: u64 =
             self.headers.iter().chain(self.forward.iter()).map(|(n, v)| (n.as_str().len() + v.len() + 32) as u64).sum();
-        fields + self.wire_head.len() as u64
+        fields + self.wire_head.len() as u64 + self.leaves.bytes()
     }
 }
 

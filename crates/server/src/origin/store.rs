@@ -3,13 +3,14 @@
 //! probation queue and is promoted only if it is used again, so a scan of
 //! one-hit objects cannot flush the popular ones). Every entry weighs its
 //! bytes, so one byte budget covers small objects and large-file blocks.
+//! A description in use (a body streaming the object, or the scheduler
+//! serving it natively holds it) is pinned: a scan of a large object's own
+//! blocks must not push out its description, or the next request would
+//! fetch it anew as a new version and lose its blocks and learnt tree.
 
 use super::object::Object;
 use bytes::Bytes;
-use quick_cache::{
-    DefaultHashBuilder, Equivalent, OptionsBuilder, Weighter,
-    sync::{Cache, DefaultLifecycle},
-};
+use quick_cache::{DefaultHashBuilder, Equivalent, Lifecycle, OptionsBuilder, Weighter, sync::Cache};
 use std::sync::Arc;
 
 /// Charged per object description on top of its header bytes: the
@@ -62,8 +63,27 @@ impl Weighter<Key, Val> for ByBytes {
     }
 }
 
+/// Pins descriptions held outside the store; evicted entries are dropped
+/// after the shard lock is released (as quick_cache's default does).
+#[derive(Debug, Clone, Default)]
+struct PinInUse;
+
+impl Lifecycle<Key, Val> for PinInUse {
+    type RequestState = [Option<(Key, Val)>; 2];
+
+    fn is_pinned(&self, _key: &Key, val: &Val) -> bool {
+        matches!(val, Val::Meta(o) if Arc::strong_count(o) > 1)
+    }
+
+    fn on_evict(&self, state: &mut Self::RequestState, key: Key, val: Val) {
+        if let Some(slot) = state.iter_mut().find(|s| s.is_none()) {
+            *slot = Some((key, val));
+        }
+    }
+}
+
 pub struct Store {
-    cache: Cache<Key, Val, ByBytes>,
+    cache: Cache<Key, Val, ByBytes, DefaultHashBuilder, PinInUse>,
     budget: u64,
 }
 
@@ -89,7 +109,7 @@ impl Store {
             .shards(shards)
             .build()
             .expect("capacity and items are set");
-        let cache = Cache::with_options(options, ByBytes, DefaultHashBuilder::default(), DefaultLifecycle::default());
+        let cache = Cache::with_options(options, ByBytes, DefaultHashBuilder::default(), PinInUse);
         Store { cache, budget }
     }
 
@@ -145,6 +165,26 @@ mod tests {
         assert_eq!(store.block(2, 0).unwrap(), "x");
         assert!(store.has_block(2, 0));
         assert!(store.object("/nothing").is_none());
+    }
+
+    #[test]
+    fn a_description_in_use_outlives_a_scan_of_blocks_and_an_idle_one_does_not() {
+        let obj = |t: &str| {
+            let h = http::HeaderMap::new();
+            let now = std::time::SystemTime::now();
+            Arc::new(Object::new(t, 1, 1 << 20, 4096, 4096, &h, &h, now, now))
+        };
+        let store = Store::new(64 << 10, 4096, 4096);
+        let held = obj("/held");
+        store.put_object("/held", held.clone());
+        store.put_object("/idle", obj("/idle"));
+        for b in 0..100 {
+            store.put_block(1, b, Bytes::from(vec![0u8; 4096]));
+            store.block(1, b);
+        }
+        assert!(store.object("/held").is_some(), "a description in use was evicted");
+        assert!(store.object("/idle").is_none(), "an idle description survived a scan of 400 KiB through 64 KiB");
+        assert!(store.used() <= 64 << 10);
     }
 
     #[test]
