@@ -1,7 +1,9 @@
 //! Storage read amplification: N native clients of mixed speeds download one
 //! file together from a server whose cache is far smaller than the file.
 //! Amplification = storage bytes read / file size (1.0 = every block read
-//! once for everybody).
+//! once for everybody). The storage is the server's disk, or (scenario
+//! `origin-amplification`) an origin behind `circus serve --origin`, where
+//! the figure is the bytes the tier fetched from the origin.
 
 use crate::{BenchError, BenchOptions, Report, Row, io_err, make_file, native_client, procs::ServerProc};
 use rand::{Rng, SeedableRng};
@@ -10,7 +12,20 @@ use rand::{Rng, SeedableRng};
 /// like 10 vs 40 Mbit/s-class links scaled up to finish in minutes.
 pub const RATES: [f64; 3] = [10e6, 20e6, 40e6];
 
-pub async fn run(opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Result<Report, BenchError> {
+/// What the server under test reads the file from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Storage {
+    /// A directory it serves.
+    Disk,
+    /// An origin (`circus serve DIR` on the same machine) behind the tier.
+    Origin,
+}
+
+pub async fn run(
+    opts: &BenchOptions,
+    storage: Storage,
+    log: &mut (dyn FnMut(&str) + Send),
+) -> Result<Report, BenchError> {
     let root = opts.work.join("amplification");
     std::fs::create_dir_all(&root).map_err(io_err("creating data dir"))?;
     let file = root.join("data.bin");
@@ -19,11 +34,20 @@ pub async fn run(opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Res
     for policy in ["circus", "sequential"] {
         let mut args = vec!["--policy".into(), policy.into(), "--cache".into(), opts.cache.to_string()];
         args.extend(opts.server_args.iter().cloned());
-        let server = ServerProc::circus(&opts.circus, &root, &args)?;
+        let (server, _origin, read_metric) = match storage {
+            Storage::Disk => (ServerProc::circus(&opts.circus, &root, &args)?, None, "circus_storage_read_bytes_total"),
+            Storage::Origin => {
+                let origin = ServerProc::circus(&opts.circus, &root, &[])?;
+                args.extend(["--origin".into(), format!("http://{}/", origin.addr)]);
+                let tier = ServerProc::circus_serve(&opts.circus, "circus-origin-tier", &args)?;
+                (tier, Some(origin), "circus_origin_fetched_bytes_total")
+            }
+        };
         // Build the hash index before the clock starts: it is a one-off
-        // read of the file that every later run reuses.
+        // read of the file that every later run reuses (an origin tier
+        // learns it from this first, plain, pass).
         native_client::download(&format!("http://{}/data.bin", server.addr), None).await.map_err(BenchError::Client)?;
-        let before = server.metric("circus_storage_read_bytes_total")?;
+        let before = server.metric(read_metric)?;
         let cpu_before = server.cpu_seconds();
         log(&format!("{policy}: {} clients downloading {} bytes", opts.clients, opts.file_size));
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(opts.seed);
@@ -47,7 +71,7 @@ pub async fn run(opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Res
                 log(&format!("  {done}/{} done after {:.0} s", opts.clients, started.elapsed().as_secs_f64()));
             }
         }
-        let read = server.metric("circus_storage_read_bytes_total")? - before;
+        let read = server.metric(read_metric)? - before;
         let status: serde_json::Value =
             serde_json::from_str(&server.get_text("/status")?).map_err(|e| BenchError::Setup(e.to_string()))?;
         let count = |k: &str| status["counters"][k].as_f64().unwrap_or(f64::NAN);
@@ -65,14 +89,22 @@ pub async fn run(opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Res
         );
     }
     let amp = rows[0].get("amplification").unwrap_or(f64::NAN);
+    let (scenario, reads, from) = match storage {
+        Storage::Disk => ("amplification", "reads the file", ""),
+        Storage::Origin => (
+            "origin-amplification",
+            "fetches the object from the origin",
+            " through circus serve --origin (origin: circus serve DIR; storage_bytes_read counts origin bytes)",
+        ),
+    };
     Ok(Report {
-        scenario: "amplification".into(),
+        scenario: scenario.into(),
         setup: format!(
-            "{} native clients at 10/20/40 MB/s (client-side throttling) download one {} byte file together; cache {} bytes",
+            "{} native clients at 10/20/40 MB/s (client-side throttling) download one {} byte file together{from}; cache {} bytes",
             opts.clients, opts.file_size, opts.cache
         ),
         verdict: format!(
-            "circus reads the file {amp:.3} times (target <= 1.10: {}), sequential {:.3} times",
+            "circus {reads} {amp:.3} times (target <= 1.10: {}), sequential {:.3} times",
             if amp <= 1.10 { "met" } else { "NOT met" },
             rows[1].get("amplification").unwrap_or(f64::NAN)
         ),

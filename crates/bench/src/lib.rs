@@ -16,6 +16,9 @@
 //!   origin tier against nginx (issue 5).
 //! - `origin`: a crowd missing one large origin object; origin bytes over
 //!   the object size (issue 5).
+//! - `origin-amplification`: `amplification`'s crowd through an origin
+//!   tier once it knows the object's tree (native, out of order); origin
+//!   bytes over the object size (issue 5).
 //! - `boot`: Lava's boot scenario, scaled: clients arriving over a window
 //!   each fetch their own set of small objects; boot latency (issue 5).
 //! - `wpb`: a Wisconsin Proxy Benchmark-style cold phase and a phase with
@@ -110,7 +113,8 @@ pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> 
 pub async fn run(name: &str, opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Result<Report, BenchError> {
     std::fs::create_dir_all(&opts.work).map_err(io_err(format!("creating {}", opts.work.display())))?;
     match name {
-        "amplification" => amplification::run(opts, log).await,
+        "amplification" => amplification::run(opts, amplification::Storage::Disk, log).await,
+        "origin-amplification" => amplification::run(opts, amplification::Storage::Origin, log).await,
         "hot" => hot::run(opts, log).await,
         "slow" => slow::run(opts, log).await,
         "lava" => lava::run(opts, log).await,
@@ -119,7 +123,7 @@ pub async fn run(name: &str, opts: &BenchOptions, log: &mut (dyn FnMut(&str) + S
         "wpb-modem" => wpb::run(opts, wpb::Variant::Modem, log).await,
         "boot" => boot::run(opts, log).await,
         other => Err(BenchError::Setup(format!(
-            "unknown scenario {other:?}: use amplification, hot, slow, lava, origin, wpb, wpb-modem, boot or one of {}",
+            "unknown scenario {other:?}: use amplification, origin-amplification, hot, slow, lava, origin, wpb, wpb-modem, boot or one of {}",
             scenarios::NAMES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
         ))),
     }

@@ -71,6 +71,12 @@ pub async fn download_with(url: &str, opts: Options<'_>) -> Result<Outcome, Stri
     if !res.status().is_success() {
         return Err(format!("status {}", res.status()));
     }
+    // A server may answer a native request with the plain file (one that
+    // does not speak circus, or a circus origin tier that has not learnt
+    // the object's hash tree yet): the protocol says to take it as such.
+    let is_native =
+        res.headers().get(http::header::CONTENT_TYPE).is_some_and(|t| t.as_bytes() == CONTENT_TYPE.as_bytes());
+    let plain = opts.plain || !is_native;
     let mut body = res.into_body();
     let (mut decoder, mut buf, mut out) = (Decoder::new(), BytesMut::new(), Outcome::default());
     let mut manifest = None;
@@ -80,7 +86,7 @@ pub async fn download_with(url: &str, opts: Options<'_>) -> Result<Outcome, Stri
         if let Some(c) = opts.counter {
             c.fetch_add(chunk.len() as u64, Ordering::Relaxed);
         }
-        if opts.plain {
+        if plain {
             throttle(rate, out.bytes, start).await;
             continue;
         }
@@ -103,7 +109,7 @@ pub async fn download_with(url: &str, opts: Options<'_>) -> Result<Outcome, Stri
         }
         throttle(rate, out.bytes, start).await;
     }
-    if opts.plain {
+    if plain {
         out.seconds = start.elapsed().as_secs_f64();
         return Ok(out);
     }

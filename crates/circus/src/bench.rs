@@ -21,6 +21,8 @@ pub struct BenchArgs {
     /// slow (thousands of idle downloads, memory per connection),
     /// lava (1 KiB / 10 KiB resident objects at the highest rate, origin tier vs nginx),
     /// origin (a crowd missing one large origin object: origin bytes / size),
+    /// origin-amplification (amplification's crowd through an origin tier:
+    /// origin bytes / size),
     /// wpb (cold phase, then recency-weighted repeats, against a delayed origin;
     /// the tier, then Varnish and Squid when installed),
     /// wpb-modem (the same behind 28.8 kbit/s client links, scaled; default 200 clients),

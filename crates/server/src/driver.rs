@@ -277,11 +277,13 @@ impl Driver {
                     .await
                     .unwrap_or_else(|e| Err(format!("read task: {e}")))
                 }
-                // The tier has no arena: its blocks are written, not sent
-                // with sendfile.
+                // Copied out of the tier's buffer (which may be a larger
+                // origin block), so the budget counts what is held.
                 Backing::Origin(blocks) => {
                     let (offset, len) = (entry.layout.offset(block), entry.layout.block_len(block));
-                    blocks.read(offset, len).await.and_then(|bytes| checked(&entry, block, bytes))
+                    blocks.read(offset, len).await.and_then(|bytes| checked(&entry, block, bytes)).map(|bytes| {
+                        slot.and_then(|s| s.fill(&bytes)).unwrap_or_else(|| Bytes::copy_from_slice(&bytes))
+                    })
                 }
             };
             let _ = tx.send(Cmd::Loaded { file: entry, block, result });

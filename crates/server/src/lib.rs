@@ -96,8 +96,8 @@ impl Server {
         let mut registry = Registry::default();
         let metrics = Arc::new(metrics::Metrics::register(&mut registry));
         // With an origin, the scheduler's block cache gets a share for
-        // native downloads of origin objects and the tier the rest; no
-        // arena is made (origin blocks are written, not sent with sendfile).
+        // native downloads of origin objects (sent from the arena) and the
+        // tier the rest (its plain bodies are written, not sent with sendfile).
         // Locally, small files get their share of the budget; the
         // scheduler's block cache the rest.
         let mut cfg = cfg;
@@ -109,7 +109,7 @@ impl Server {
             cfg.sched.cache_bytes = origin::scheduler_share(budget, cfg.sched.block_size);
         }
         let small = Arc::new(small::SmallFiles::new(small_budget, block));
-        let arena = if cfg.zero_copy && cfg.origin.is_none() { cache_arena(&cfg)? } else { None };
+        let arena = if cfg.zero_copy { cache_arena(&cfg)? } else { None };
         let storage = driver::Storage {
             io_threads: cfg.io_threads,
             arena: arena.clone(),
@@ -145,12 +145,11 @@ impl Server {
             .http1()
             .timer(TokioTimer::new())
             .header_read_timeout(self.cfg.header_timeout)
-            .max_buf_size(self.cfg.max_header_bytes.max(8192))
-            // One write per batch of pipelined responses: the small-object
-            // hit path gains about half its req/s (lava bench, 0.58 -> 0.91 x
-            // nginx). Origin mode only: on the local path it kept 500 slow
-            // clients' downloads from starting (serve.rs memory test).
-            .pipeline_flush(self.cfg.origin.is_some());
+            // No pipeline_flush: it makes hyper copy every body byte into
+            // its write buffer (80% of an origin tier's CPU serving a large
+            // object to 50 clients) and rules out sendfile; pipelined small
+            // hits are batched by the hit lane before hyper instead.
+            .max_buf_size(self.cfg.max_header_bytes.max(8192));
         builder.http2().max_header_list_size(self.cfg.max_header_bytes as u32);
         let builder = Arc::new(builder);
         let graceful = GracefulShutdown::new();

@@ -192,8 +192,8 @@ pub struct OriginBlocks {
 }
 
 impl OriginBlocks {
-    /// `len` bytes at `offset` (one native block, within one origin block),
-    /// copied out so that the scheduler's budget counts what it holds.
+    /// `len` bytes at `offset` (one native block, within one origin block).
+    /// They may share the origin block's buffer: the caller copies them.
     pub async fn read(&self, offset: u64, len: u32) -> Result<Bytes, String> {
         self.tier.read(&self.obj, offset, len).await
     }
@@ -318,6 +318,8 @@ impl OriginTier {
         };
         let response_time = SystemTime::now();
         let status = res.status;
+        // Versions are described by the request as the origin saw it.
+        let h = &without_native(h);
         if status == StatusCode::NOT_MODIFIED {
             let Some(s) = stale else {
                 return Lookup::Failed("origin answered 304 to an unconditional request".into());
@@ -397,7 +399,7 @@ impl OriginTier {
         }
     }
 
-    /// `len` bytes at `offset` of `obj`, within one of its blocks, copied.
+    /// `len` bytes at `offset` of `obj`, within one of its blocks.
     async fn read(self: &Arc<Self>, obj: &Arc<Object>, offset: u64, len: u32) -> Result<Bytes, String> {
         let b = obj.layout.block_of(offset).ok_or_else(|| format!("{}: read past the end", obj.target))?;
         let at = (offset - obj.layout.offset(b)) as usize;
@@ -406,7 +408,7 @@ impl OriginTier {
         match self.block(obj, b, 0) {
             BlockRef::Ready(bytes) => bytes
                 .get(at..at + len as usize)
-                .map(Bytes::copy_from_slice)
+                .map(|part| bytes.slice_ref(part))
                 .ok_or_else(|| format!("{}: a native block crosses origin blocks", obj.target)),
             BlockRef::Pending(fetch) => fetch.range(at, len as usize).await,
         }
@@ -684,16 +686,12 @@ impl OriginTier {
     }
 }
 
-/// The client's headers that select a representation, without the ones
-/// that ask for a part or a condition (the tier fetches whole blocks), and
-/// without an Accept that asks for the native stream: the tier makes that
-/// itself and needs the plain object, also from an origin that is a circus.
+/// The client's headers that select a representation (Accept without the
+/// native type: see [`without_native`]), without the ones that ask for a
+/// part or a condition (the tier fetches whole blocks).
 fn forwarded(h: &HeaderMap) -> HeaderMap {
-    let mut fh = h.clone();
+    let mut fh = without_native(h);
     client::strip_hop_by_hop(&mut fh);
-    if crate::http::wants_native(h) {
-        fh.remove(header::ACCEPT);
-    }
     for name in [
         header::RANGE,
         header::IF_RANGE,
@@ -706,6 +704,29 @@ fn forwarded(h: &HeaderMap) -> HeaderMap {
         fh.remove(name);
     }
     fh
+}
+
+/// `h` with the native media type taken out of Accept (the field dropped
+/// when nothing else is left). The tier makes the native stream itself and
+/// wants the plain object from the origin, also from an origin that is a
+/// circus (which varies on Accept); stored versions are selected by the
+/// request as it would be forwarded.
+pub(crate) fn without_native(h: &HeaderMap) -> HeaderMap {
+    let mut out = h.clone();
+    if !crate::http::wants_native(h) {
+        return out;
+    }
+    let accept = h.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok());
+    let kept: Vec<&str> = accept
+        .flat_map(|v| v.split(','))
+        .filter(|item| !crate::http::lists_native(std::iter::once(*item)))
+        .map(str::trim)
+        .collect();
+    out.remove(header::ACCEPT);
+    if let Some(v) = Some(kept.join(", ")).filter(|v| !v.is_empty()).and_then(|v| HeaderValue::from_str(&v).ok()) {
+        out.insert(header::ACCEPT, v);
+    }
+    out
 }
 
 fn empty() -> ResBody {

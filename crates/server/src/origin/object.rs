@@ -122,7 +122,12 @@ impl Object {
     }
 
     /// Whether this version was selected by requests like `req` (Vary).
+    /// A native request is compared as it would be forwarded: the tier
+    /// makes the native stream itself (see `without_native`).
     pub fn selected_by(&self, req: &HeaderMap) -> bool {
+        if self.vary.contains(&header::ACCEPT) && crate::http::wants_native(req) {
+            return rfc9111::vary_matches(&self.vary, &self.vary_values, &super::without_native(req));
+        }
         rfc9111::vary_matches(&self.vary, &self.vary_values, req)
     }
 
