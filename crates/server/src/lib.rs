@@ -17,7 +17,8 @@
 //! sent with `sendfile(2)` instead of copied), `pacer` (a storage read cap),
 //! `hitlane` (resident small objects answered before hyper sees the
 //! connection), `small` (whole small local files kept for the lane),
-//! [`origin`] (the caching tier in front of an HTTP or S3 origin).
+//! [`origin`] (the caching tier in front of an HTTP or S3 origin; its
+//! native clients join the same scheduler once an object's tree is known).
 //!
 //! ```no_run
 //! # async fn run() -> std::io::Result<()> {

@@ -21,7 +21,7 @@
 //! Native clients (`Accept: application/vnd.circus.blocks`) of a version
 //! whose tree is complete are served like local files: a [`FileEntry`]
 //! backed by the tier joins the scheduler, which reads blocks through
-//! [`OriginTier::read`] (store or single-flight fetch) and sends them in its
+//! [`OriginBlocks::read`] (store or single-flight fetch) and sends them in its
 //! own order, shared across clients. Until the tree is complete they get the
 //! plain response, which the protocol lets every client fall back on.
 
