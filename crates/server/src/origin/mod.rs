@@ -7,7 +7,7 @@
 //! Otherwise the tier asks the origin for the first block with a Range GET
 //! (one request per target however many clients miss at once), learns the
 //! size and caching headers from it, and fetches further blocks with Range
-//! GETs as readers reach them, one fetch per block ([`fetch`]). Responses
+//! GETs as readers reach them, one fetch per block (`fetch`). Responses
 //! the origin marks private or no-store, and requests with credentials, are
 //! relayed to their one client and never stored.
 //!
