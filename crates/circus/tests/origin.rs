@@ -31,9 +31,10 @@ struct Obj {
     /// After this many body bytes of this object in total, the origin dies
     /// for it: the current connection is cut and later requests are refused.
     die_after: Option<u64>,
-    /// After this many body bytes in total, the object is replaced by these
-    /// bytes under ETag "v2" (a new version published mid-transfer).
-    replaced_after: Option<(u64, Arc<Vec<u8>>)>,
+    /// Once the body bytes sent in total reach this mark (which the test may
+    /// move), the object is replaced by these bytes under ETag "v2" (a new
+    /// version published mid-transfer).
+    replaced_after: Option<(Arc<AtomicU64>, Arc<Vec<u8>>)>,
 }
 
 #[derive(Default)]
@@ -103,7 +104,10 @@ fn serve_conn(
         if obj.die_after.is_some() && dead.load(Ordering::SeqCst) {
             return conn.shutdown(Shutdown::Both);
         }
-        let replaced = obj.replaced_after.as_ref().filter(|(after, _)| c.body_bytes.load(Ordering::SeqCst) >= *after);
+        let replaced = obj
+            .replaced_after
+            .as_ref()
+            .filter(|(after, _)| c.body_bytes.load(Ordering::SeqCst) >= after.load(Ordering::SeqCst));
         let (etag, data): (&str, Vec<u8>) = match (obj.echo, replaced) {
             (Some(h), _) => (ETAG, headers.get(h).cloned().unwrap_or_else(|| "none".into()).into_bytes()),
             (None, Some((_, new))) => ("\"v2\"", new.to_vec()),
@@ -277,7 +281,7 @@ fn an_object_replaced_mid_transfer_never_yields_a_body_mixing_two_versions() {
         data: v1.clone(),
         cache_control: "max-age=600",
         chunk_delay: Duration::from_millis(2),
-        replaced_after: Some((3 << 20, v2.clone())),
+        replaced_after: Some((Arc::new(AtomicU64::new(3 << 20)), v2.clone())),
         ..Obj::default()
     };
     let origin = start_origin(HashMap::from([("/obj.bin", obj)]));
@@ -561,12 +565,13 @@ fn an_origin_object_replaced_under_native_clients_ends_their_streams_with_an_err
     let size = 8 << 20;
     let (v1, v2) = (pattern(size, 8), pattern(size, 9));
     // The tier keeps less than the object, so the native pass fetches
-    // blocks again; the origin publishes v2 after one and a half times the
-    // object has gone out: during that pass.
+    // blocks again (at least 3 MiB); the origin publishes v2 once 1 MiB of
+    // that pass has gone out.
+    let switch = Arc::new(AtomicU64::new(u64::MAX));
     let obj = Obj {
         data: v1.clone(),
         cache_control: "max-age=600",
-        replaced_after: Some((size as u64 * 3 / 2, v2.clone())),
+        replaced_after: Some((switch.clone(), v2.clone())),
         ..Obj::default()
     };
     let origin = start_origin(HashMap::from([("/obj.bin", obj)]));
@@ -574,6 +579,7 @@ fn an_origin_object_replaced_under_native_clients_ends_their_streams_with_an_err
     let none = AtomicU64::new(0);
     let first = get_native(&t.addr, "/obj.bin", Duration::ZERO, &none);
     assert!(first.data == *v1, "the plain first pass differs from v1");
+    switch.store(origin.counters.body_bytes.load(Ordering::SeqCst) + (1 << 20), Ordering::SeqCst);
     let g = get_native(&t.addr, "/obj.bin", Duration::from_millis(2), &none);
     assert_eq!(g.content_type, circus_proto::CONTENT_TYPE);
     assert!(!g.ended, "a native stream ended as complete although its object changed at the origin");
