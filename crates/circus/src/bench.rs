@@ -15,7 +15,7 @@ pub struct BenchArgs {
     /// The paper's experiments on an emulated disk and links: mixed40 (the
     /// target: circus, sequential, nginx sendfile and directio), cohort40,
     /// quick, load, delay-loss, file-size, files, block-size, queue,
-    /// threshold, leapfront.
+    /// threshold, leapfront, memory (cache 4-16 MiB, not in the paper).
     /// Others: amplification (50 mixed-speed native clients, storage bytes read),
     /// hot (50 downloads of a resident file, circus vs nginx),
     /// slow (thousands of idle downloads, memory per connection),

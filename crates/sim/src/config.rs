@@ -32,8 +32,9 @@ pub struct SimConfig {
 }
 
 impl Default for SimConfig {
-    /// The paper's setting: one 512 MiB file, 1 Gbit/s server link, 64 MiB
-    /// cache, 40% load.
+    /// The paper's setting: one 512 MiB file, 1 Gbit/s server link, 40%
+    /// load; the 64 MiB cache is our assumption (the paper's was not
+    /// recovered).
     fn default() -> Self {
         Self {
             sched: SchedConfig::default(),
