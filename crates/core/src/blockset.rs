@@ -147,6 +147,77 @@ pub fn first_in_circular(n: u32, start: u32, count: u32, word: impl Fn(usize) ->
     }
 }
 
+/// Rank of a block in the spread order: its index with the bits reversed,
+/// so that 1, 3, 5, ... (odd blocks) come before even ones, then 3 mod 4
+/// before 1 mod 4, and so on. Clients that each take the highest-ranked
+/// blocks they can get end up holding nested sets (a client that got a
+/// quarter of a run holds part of what a client that got half of it holds),
+/// whatever moment each of them picked at.
+#[inline]
+pub fn spread_rank(b: BlockIdx) -> u32 {
+    b.reverse_bits()
+}
+
+/// The block in `[from, to)` with the highest [`spread_rank`] among those
+/// set in `word(w)` (same contract as [`first_in`]).
+pub fn best_spread_in(from: u32, to: u32, word: impl Fn(usize) -> u64) -> Option<BlockIdx> {
+    // Masks of the positions in a word whose bit k is set, k = 0..5: the
+    // low six bits of an index decide its rank before the word number does.
+    const BIT_SET: [u64; 6] = [
+        0xAAAA_AAAA_AAAA_AAAA,
+        0xCCCC_CCCC_CCCC_CCCC,
+        0xF0F0_F0F0_F0F0_F0F0,
+        0xFF00_FF00_FF00_FF00,
+        0xFFFF_0000_FFFF_0000,
+        0xFFFF_FFFF_0000_0000,
+    ];
+    if from >= to {
+        return None;
+    }
+    let (first_w, last_w) = ((from / 64) as usize, ((to - 1) / 64) as usize);
+    let mut best: Option<BlockIdx> = None;
+    for w in first_w..=last_w {
+        let mut bits = word(w);
+        if w == first_w {
+            bits &= u64::MAX << (from % 64);
+        }
+        if w == last_w && !to.is_multiple_of(64) {
+            bits &= u64::MAX >> (64 - to % 64);
+        }
+        if bits == 0 {
+            continue;
+        }
+        for mask in BIT_SET {
+            if bits & mask != 0 {
+                bits &= mask;
+            }
+        }
+        let b = w as u32 * 64 + bits.trailing_zeros();
+        if best.is_none_or(|x| spread_rank(b) > spread_rank(x)) {
+            best = Some(b);
+        }
+    }
+    best
+}
+
+/// Like [`best_spread_in`] over a circular range, as [`first_in_circular`].
+pub fn best_spread_in_circular(n: u32, start: u32, count: u32, word: impl Fn(usize) -> u64) -> Option<BlockIdx> {
+    if n == 0 || count == 0 {
+        return None;
+    }
+    let count = count.min(n);
+    let end = start as u64 + count as u64;
+    if end <= n as u64 {
+        return best_spread_in(start, end as u32, word);
+    }
+    let a = best_spread_in(start, n, &word);
+    let b = best_spread_in(0, (end - n as u64) as u32, &word);
+    match (a, b) {
+        (Some(x), Some(y)) => Some(if spread_rank(y) > spread_rank(x) { y } else { x }),
+        (x, y) => x.or(y),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,6 +233,16 @@ mod tests {
         assert!(BlockSet::full(130).is_full());
         assert_eq!(BlockSet::full(130).missing_word(2), 0);
         assert_eq!(BlockSet::new(130).missing_word(2), 0b11);
+    }
+
+    #[test]
+    fn spread_order_puts_odd_blocks_first_and_nests() {
+        let mut order: Vec<u32> = (0..8).collect();
+        order.sort_by_key(|&b| std::cmp::Reverse(spread_rank(b)));
+        assert_eq!(order, vec![7, 3, 5, 1, 6, 2, 4, 0]);
+        let all = BlockSet::full(8);
+        assert_eq!(best_spread_in_circular(8, 0, 8, |w| all.word(w)), Some(7));
+        assert_eq!(best_spread_in_circular(8, 4, 2, |w| all.word(w)), Some(5));
     }
 
     #[test]
@@ -190,6 +271,8 @@ mod tests {
             prop_assert_eq!(first_in_circular(n, start, count, |w| s.word(w)), naive);
             let naive_missing = (0..n).map(|i| (start + i) % n).find(|&b| !s.contains(b));
             prop_assert_eq!(first_in_circular(n, start, n, |w| s.missing_word(w)), naive_missing);
+            let naive_best = (0..count.min(n)).map(|i| (start + i) % n).filter(|&b| s.contains(b)).max_by_key(|&b| spread_rank(b));
+            prop_assert_eq!(best_spread_in_circular(n, start, count, |w| s.word(w)), naive_best);
         }
     }
 }

@@ -32,10 +32,15 @@ pub(crate) struct ClientState {
     /// Must receive its blocks in file order (a plain HTTP download).
     pub in_order: bool,
     pub rate: RateMeter,
+    /// The file's `leads` when the client joined.
+    pub leads_at_join: u64,
+    /// Blocks it took from memory or read to lead: with `leads_at_join`,
+    /// whether it keeps up with the region (rule C1).
+    pub taken: u64,
 }
 
 impl ClientState {
-    pub fn new(file: FileId, have: BlockSet, in_order: bool, now: Nanos, queue_len: u32) -> Self {
+    pub fn new(file: FileId, have: BlockSet, in_order: bool, now: Nanos, queue_len: u32, leads_at_join: u64) -> Self {
         let delivered = have.len();
         let cursor = circus_core::first_in(0, have.capacity(), |w| have.missing_word(w)).unwrap_or(0);
         Self {
@@ -47,7 +52,15 @@ impl ClientState {
             role: Role::Follower,
             in_order,
             rate: RateMeter::new(now),
+            leads_at_join,
+            taken: 0,
         }
+    }
+
+    /// Took less than three quarters of what the region brought since the
+    /// client joined: it is slower than the frontrunner (rule C1).
+    pub fn behind_region(&self, file_leads: u64) -> bool {
+        self.taken * 4 < file_leads.saturating_sub(self.leads_at_join) * 3
     }
 
     /// Every block picked; nothing left to choose.

@@ -29,6 +29,8 @@ pub(crate) struct FileState {
     pub clients: Vec<ClientId>,
     /// The client whose read last advanced the region.
     pub frontrunner: Option<ClientId>,
+    /// Blocks read to advance the region since the file became active.
+    pub leads: u64,
 }
 
 impl FileState {
@@ -47,6 +49,7 @@ impl FileState {
             waiters: FxHashMap::default(),
             clients: Vec::new(),
             frontrunner: None,
+            leads: 0,
         }
     }
 

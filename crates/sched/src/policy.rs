@@ -3,7 +3,7 @@
 //! sends, evicts). The rules are numbered as in docs/scheduler.md.
 
 use crate::{cache::IdleOrder, client::ClientState, client::Role, file::FileState};
-use circus_core::{BlockIdx, first_in_circular};
+use circus_core::{BlockIdx, best_spread_in_circular, first_in_circular};
 
 /// Where the chosen block comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,11 +75,20 @@ impl Policy for Circus {
         let region = &file.region;
         let independent = client.have.len() >= ctx.independent_at;
         let role = if independent { Role::Independent } else { Role::Follower };
-        // C1: the oldest region block in memory that the client lacks. Oldest
-        // first is earliest-deadline-first: it is the next to leave the region.
-        if let Some(b) = first_in_circular(file.blocks(), region.start, region.len, |w| {
-            file.available_word(w) & client.have.missing_word(w)
-        }) {
+        // C1: a region block in memory that the client lacks. A client that
+        // keeps up takes the oldest: earliest deadline first, it is the next
+        // to leave the region, so the client loses none. One that has fallen
+        // behind will lose blocks whatever it picks, so it takes the highest
+        // in the spread order (`spread_rank`): slow clients then hold nested
+        // subsets, and the blocks they still lack are the same for all of
+        // them and are shared when read again.
+        let lacking = |w| file.available_word(w) & client.have.missing_word(w);
+        let shared = if client.behind_region(file.leads) {
+            best_spread_in_circular(file.blocks(), region.start, region.len, lacking)
+        } else {
+            first_in_circular(file.blocks(), region.start, region.len, lacking)
+        };
+        if let Some(b) = shared {
             return Some((Pick::Shared(b), role));
         }
         // C2: nothing left in the region: lead. A follower may leap over

@@ -145,7 +145,7 @@ impl Scheduler {
             self.active_files += 1;
         }
         file.clients.push(id);
-        let state = ClientState::new(file_id, have, in_order, self.now, self.cfg.queue_len);
+        let state = ClientState::new(file_id, have, in_order, self.now, self.cfg.queue_len, file.leads);
         self.clients.insert(id, state);
         self.fill(id);
     }
@@ -201,6 +201,9 @@ impl Scheduler {
             client.queue.push(b);
             client.cursor = (b + 1) % client.have.capacity();
             let lead = matches!(pick, Pick::Lead(_));
+            if matches!(pick, Pick::Lead(_) | Pick::Shared(_)) {
+                client.taken += 1;
+            }
             if lead {
                 self.advance_region(file_id, id, b, region_cap);
             }
@@ -264,6 +267,7 @@ impl Scheduler {
     fn advance_region(&mut self, file_id: FileId, id: ClientId, b: BlockIdx, cap: u32) {
         let file = self.files.get_mut(&file_id).expect("file present");
         file.frontrunner = Some(id);
+        file.leads += 1;
         let mut departed = std::mem::take(&mut self.scratch);
         file.region.extend_to(b, cap, |d| departed.push(d));
         file.entered[b as usize] = self.cache.next_stamp();
