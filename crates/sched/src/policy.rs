@@ -99,8 +99,13 @@ impl Policy for Circus {
         let head_next = next_missing(ctx, head)?;
         // Measured against the region as it stands: when more files share
         // memory the cap shrinks below the current length, and extending
-        // then trims the region rather than counting as a leap.
-        let within_leap = region.len == 0 || region.dist(region.start, head_next) <= ctx.leap_cap.max(region.len);
+        // then trims the region rather than counting as a leap. A short skip
+        // (a sixteenth of the region) is no leap: a follower that kept a
+        // spread subset (C1) holds every other block or so, and must still
+        // be able to lead the next pass over the blocks it lacks.
+        let slack = region.len / 16;
+        let within_leap =
+            region.len == 0 || region.dist(region.start, head_next) <= ctx.leap_cap.max(region.len) + slack;
         if within_leap && (!independent || head_next == head) {
             return Some((Pick::Lead(head_next), Role::Frontrunner));
         }

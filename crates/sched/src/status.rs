@@ -32,6 +32,9 @@ pub struct ClientStatus {
     pub received_blocks: u32,
     pub queued_blocks: u32,
     pub rate_bytes_per_sec: f64,
+    /// Took under three quarters of what the region brought since it
+    /// joined, so it follows in spread order (rule C1).
+    pub behind_region: bool,
 }
 
 impl Scheduler {
@@ -60,6 +63,7 @@ impl Scheduler {
                             received_blocks: c.delivered,
                             queued_blocks: c.queue.len() as u32,
                             rate_bytes_per_sec: c.rate.get(),
+                            behind_region: !c.in_order && c.behind_region(f.leads),
                         }
                     })
                     .collect(),

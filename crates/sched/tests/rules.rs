@@ -323,3 +323,28 @@ fn c1_clients_behind_the_region_take_spread_blocks_and_keep_nested_sets() {
     );
     assert!(d.reads * 100 <= u64::from(n) * 255, "{} reads for {n} blocks", d.reads);
 }
+
+#[test]
+fn c2_a_follower_holding_every_other_block_still_leads() {
+    let mut d =
+        Driver::new(SchedConfig { queue_len: 5, cache_bytes: 64 * B, active_len: 32 * B, ..cfg(PolicyKind::Circus) });
+    let n = 256;
+    d.join(1, 1, n * B, None);
+    step(&mut d, 45);
+    let region = d.s.status().files[0].clone();
+    assert_eq!(region.region_len, 32, "the region is full");
+    let head = region.region_start + region.region_len;
+    // Client 2 holds everything up to the head and every other block after
+    // it (what a half-speed follower keeps, C1); the region has nothing it
+    // lacks, and the next block it lacks is one past the head.
+    let mut have = BlockSet::full(n as u32);
+    (head + 1..n as u32).step_by(2).for_each(|b| _ = have.remove(b));
+    d.leave(ClientId(1));
+    let reads_before = reads(&d).len();
+    d.join(2, 1, n * B, Some(have));
+    assert_eq!(reads(&d)[reads_before], head + 1, "it leads, skipping the block it holds");
+    let f = &d.s.status().files[0];
+    assert_eq!(f.frontrunner, Some(ClientId(2)));
+    d.drain();
+    assert!(d.completed.contains(&ClientId(2)));
+}
