@@ -135,16 +135,18 @@ pub fn first_in(from: u32, to: u32, word: impl Fn(usize) -> u64) -> Option<Block
 /// `start` in a file of `n` blocks (wrapping from `n - 1` to `0`).
 #[inline]
 pub fn first_in_circular(n: u32, start: u32, count: u32, word: impl Fn(usize) -> u64) -> Option<BlockIdx> {
-    if n == 0 || count == 0 {
-        return None;
-    }
-    let count = count.min(n);
-    let end = start as u64 + count as u64;
-    if end <= n as u64 {
-        first_in(start, end as u32, word)
-    } else {
-        first_in(start, n, &word).or_else(|| first_in(0, (end - n as u64) as u32, &word))
-    }
+    circular_segments(n, start, count).find_map(|(from, to)| first_in(from, to, &word))
+}
+
+/// The circular range of `count` blocks from `start` in a file of `n`
+/// blocks, as at most two plain ranges in order.
+fn circular_segments(n: u32, start: u32, count: u32) -> impl Iterator<Item = (u32, u32)> {
+    let count = if n == 0 { 0 } else { count.min(n) };
+    let end = u64::from(start) + u64::from(count);
+    let wraps = end > u64::from(n);
+    let first = if wraps { (start, n) } else { (start, end as u32) };
+    let second = wraps.then(|| (0, (end - u64::from(n)) as u32));
+    (count > 0).then_some(first).into_iter().chain(second)
 }
 
 /// Rank of a block in the spread order: its index with the bits reversed,
@@ -202,20 +204,9 @@ pub fn best_spread_in(from: u32, to: u32, word: impl Fn(usize) -> u64) -> Option
 
 /// Like [`best_spread_in`] over a circular range, as [`first_in_circular`].
 pub fn best_spread_in_circular(n: u32, start: u32, count: u32, word: impl Fn(usize) -> u64) -> Option<BlockIdx> {
-    if n == 0 || count == 0 {
-        return None;
-    }
-    let count = count.min(n);
-    let end = start as u64 + count as u64;
-    if end <= n as u64 {
-        return best_spread_in(start, end as u32, word);
-    }
-    let a = best_spread_in(start, n, &word);
-    let b = best_spread_in(0, (end - n as u64) as u32, &word);
-    match (a, b) {
-        (Some(x), Some(y)) => Some(if spread_rank(y) > spread_rank(x) { y } else { x }),
-        (x, y) => x.or(y),
-    }
+    circular_segments(n, start, count)
+        .filter_map(|(from, to)| best_spread_in(from, to, &word))
+        .max_by_key(|&b| spread_rank(b))
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ mod ids;
 mod layout;
 mod units;
 
-pub use blockset::{BlockSet, best_spread_in, best_spread_in_circular, first_in, first_in_circular, spread_rank};
+pub use blockset::{BlockSet, best_spread_in_circular, first_in, first_in_circular, spread_rank};
 pub use ids::{BlockIdx, ClientId, FileId};
 pub use layout::BlockLayout;
 pub use units::{BitRate, ByteSize, UnitError};
