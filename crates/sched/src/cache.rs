@@ -9,8 +9,10 @@
 use circus_core::{BlockIdx, FileId};
 use std::{cmp::Reverse, collections::BinaryHeap};
 
-/// Key space: idle blocks outside any region evict before region blocks.
+/// Key space: idle blocks outside any region evict before region blocks,
+/// and region blocks before blocks a holder still lacks (rule C13).
 const REGION_CLASS: u64 = 1 << 62;
+const HELD_CLASS: u64 = 1 << 63;
 
 #[derive(Debug, Default)]
 pub(crate) struct Cache {
@@ -64,6 +66,13 @@ impl Cache {
     /// Key for an idle block inside a region that it entered at `entered`.
     pub fn region_key(entered: u64) -> u64 {
         REGION_CLASS + entered
+    }
+
+    /// Key for an idle block that a holder still lacks (C13): evicted only
+    /// when nothing else can make room, newest first, so the region's
+    /// oldest block (the one its slowest holder takes next) stays longest.
+    pub fn held_key(&mut self) -> u64 {
+        HELD_CLASS + (REGION_CLASS - 1 - self.next_stamp())
     }
 
     pub fn push(&mut self, key: u64, file: FileId, block: BlockIdx) {

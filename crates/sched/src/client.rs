@@ -37,6 +37,12 @@ pub(crate) struct ClientState {
     /// Blocks it took from memory or read to lead: with `leads_at_join`,
     /// whether it keeps up with the region (rule C1).
     pub taken: u64,
+    /// Under `Favor::Storage`: the blocks it lacks stay in memory until it
+    /// takes them, and its file's region waits for it (rule C13).
+    pub holds: bool,
+    /// When it last handed a block to its socket (or joined): a holder that
+    /// stops sending is let go.
+    pub last_sent: Nanos,
 }
 
 impl ClientState {
@@ -54,6 +60,8 @@ impl ClientState {
             rate: RateMeter::new(now),
             leads_at_join,
             taken: 0,
+            holds: false,
+            last_sent: now,
         }
     }
 
@@ -61,6 +69,12 @@ impl ClientState {
     /// client joined: it is slower than the frontrunner (rule C1).
     pub fn behind_region(&self, file_leads: u64) -> bool {
         self.taken * 4 < file_leads.saturating_sub(self.leads_at_join) * 3
+    }
+
+    /// A holder whose socket took nothing for `HOLD_STALL_NANOS` while it
+    /// had a resident block to send (C13).
+    pub fn stalled(&self, now: Nanos, resident_front: bool) -> bool {
+        self.holds && resident_front && now.saturating_sub(self.last_sent) > crate::config::HOLD_STALL_NANOS
     }
 
     /// Every block picked; nothing left to choose.

@@ -25,6 +25,35 @@ impl std::str::FromStr for PolicyKind {
     }
 }
 
+/// What the circus policy gives up when the clients of a file differ in
+/// speed and the file is larger than memory: either the slower clients'
+/// missing blocks are read again, or the faster clients wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Favor {
+    /// Every client at its own speed; blocks a slower client missed are read
+    /// again on a later pass (rules C1-C3).
+    #[default]
+    Speed,
+    /// Each block stays until every native client of its file has taken it,
+    /// so the file is read about once however the speeds differ; the active
+    /// region moves at the pace of the file's slowest native client, and
+    /// faster ones wait for it (rule C13). For storage or an origin whose
+    /// reads are the scarce or billed resource.
+    Storage,
+}
+
+impl std::str::FromStr for Favor {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "speed" => Ok(Self::Speed),
+            "storage" => Ok(Self::Storage),
+            other => Err(format!("unknown favor {other:?}: use speed or storage")),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SchedConfig {
     pub policy: PolicyKind,
@@ -45,7 +74,16 @@ pub struct SchedConfig {
     /// Blocks fetched per storage read, counting the demanded one. 1 reads
     /// exactly what a client asked for; more read ahead sequentially.
     pub readahead: u32,
+    /// Speed (each client at its pace) or storage (each block read once for
+    /// all native clients; the region waits for the slowest). Circus only.
+    #[serde(default)]
+    pub favor: Favor,
 }
+
+/// Under [`Favor::Storage`], a client that has had a resident block queued
+/// for this long without sending anything (a stalled or very slow socket:
+/// under one block in two seconds) stops holding its file's region (C13).
+pub const HOLD_STALL_NANOS: u64 = 2_000_000_000;
 
 /// Blocks an in-order client may have queued when those past `queue_len`
 /// are resident (C12): thirty-two 64 KiB blocks make a 2 MiB run (nginx's
@@ -72,6 +110,7 @@ impl Default for SchedConfig {
             leapfront: 1.0,
             threshold: 0.75,
             readahead: 1,
+            favor: Favor::Speed,
         }
     }
 }
@@ -143,5 +182,7 @@ mod tests {
         assert_eq!(bad.validate(), Err(ConfigError::Threshold(1.5)));
         assert_eq!("sequential".parse(), Ok(PolicyKind::Sequential));
         assert!("fifo".parse::<PolicyKind>().is_err());
+        assert_eq!("storage".parse(), Ok(Favor::Storage));
+        assert!("latency".parse::<Favor>().unwrap_err().contains("speed or storage"));
     }
 }

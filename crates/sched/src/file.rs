@@ -31,6 +31,12 @@ pub(crate) struct FileState {
     pub frontrunner: Option<ClientId>,
     /// Blocks read to advance the region since the file became active.
     pub leads: u64,
+    /// Clients holding the region (C13) that lack each block. A resident
+    /// block with a count is never evicted.
+    pub needers: Vec<u32>,
+    /// Clients that found the region unable to advance (C13) and wait for a
+    /// holder to take its oldest block.
+    pub gated: Vec<ClientId>,
 }
 
 impl FileState {
@@ -50,6 +56,8 @@ impl FileState {
             clients: Vec::new(),
             frontrunner: None,
             leads: 0,
+            needers: vec![0; n as usize],
+            gated: Vec::new(),
         }
     }
 
@@ -61,6 +69,28 @@ impl FileState {
     #[inline]
     pub fn available_word(&self, w: usize) -> u64 {
         self.resident.word(w) | self.loading.word(w)
+    }
+
+    /// A block in memory (or being read) that a holder still lacks (C13).
+    pub fn held(&self, b: BlockIdx) -> bool {
+        self.needers[b as usize] > 0 && (self.resident.contains(b) || self.loading.contains(b))
+    }
+
+    /// Under C13 the region may not slide its oldest block out while a
+    /// holder lacks it: a frontrunner waits instead.
+    pub fn region_gate_closed(&self, region_cap: u32) -> bool {
+        let r = &self.region;
+        r.len >= region_cap && r.len < self.blocks() && self.held(r.start)
+    }
+
+    /// Adds `delta` (+1 or -1) to the needers of every block `have` lacks.
+    pub fn count_needs(&mut self, have: &BlockSet, delta: i32) {
+        for b in 0..self.blocks() {
+            if !have.contains(b) {
+                let n = &mut self.needers[b as usize];
+                *n = n.checked_add_signed(delta).expect("needers stay balanced");
+            }
+        }
     }
 
     /// Nothing left worth keeping: no client, no block in memory or wanted.

@@ -33,6 +33,9 @@ pub(crate) struct PickCtx<'a> {
     pub leap_cap: u32,
     /// Blocks a client must hold before it turns independent.
     pub independent_at: u32,
+    /// The client holds its file's region (C13) and the region cannot slide:
+    /// leading must wait.
+    pub gate_closed: bool,
 }
 
 pub(crate) trait Policy: std::fmt::Debug + Send {
@@ -83,13 +86,27 @@ impl Policy for Circus {
         // subsets, and the blocks they still lack are the same for all of
         // them and are shared when read again.
         let lacking = |w| file.available_word(w) & client.have.missing_word(w);
-        let shared = if client.behind_region(file.leads) {
+        // A holder (C13) always takes the oldest: the region waits for it to
+        // take that block before it slides.
+        let shared = if client.behind_region(file.leads) && !client.holds {
             best_spread_in_circular(file.blocks(), region.start, region.len, lacking)
         } else {
             first_in_circular(file.blocks(), region.start, region.len, lacking)
         };
         if let Some(b) = shared {
             return Some((Pick::Shared(b), role));
+        }
+        if client.holds {
+            // C13: anything of the file still in memory is free (a leap may
+            // have slid a held block out of the region); and while the
+            // region cannot slide, wait rather than read.
+            let n = file.blocks();
+            if let Some(b) = first_in_circular(n, region.head(), n, lacking) {
+                return Some((Pick::Shared(b), role));
+            }
+            if ctx.gate_closed {
+                return None;
+            }
         }
         // C2: nothing left in the region: lead. A follower may leap over
         // blocks it already holds, up to the leapfront distance from the file

@@ -3,7 +3,7 @@
 use crate::{
     cache::Cache,
     client::ClientState,
-    config::{PolicyKind, SchedConfig},
+    config::{Favor, PolicyKind, SchedConfig},
     event::{Action, Event, FailReason, Nanos},
     file::FileState,
     policy::{Circus, Pick, PickCtx, Policy, Sequential},
@@ -46,6 +46,8 @@ pub struct Scheduler {
     active_files: u32,
     out: Vec<Action>,
     scratch: Vec<BlockIdx>,
+    /// Files with gated clients (C13), checked after every event.
+    gating: Vec<FileId>,
     pub(crate) now: Nanos,
     counters: Counters,
 }
@@ -72,6 +74,7 @@ impl Scheduler {
             active_files: 0,
             out: Vec::new(),
             scratch: Vec::new(),
+            gating: Vec::new(),
             now: 0,
             counters: Counters::default(),
         }
@@ -104,8 +107,9 @@ impl Scheduler {
             Event::Loaded { file, block } => self.loaded(file, block),
             Event::ReadFailed { file, block, detail } => self.read_failed(file, block, detail),
             Event::Leave { client } => self.remove_client(client),
-            Event::Tick => {}
+            Event::Tick => self.release_stalled_holders(),
         }
+        self.wake_gated();
         self.pump_deferred();
         let files = &self.files;
         self.cache.compact(|key, f, b| files.get(&f).is_some_and(|f| f.evict_key[b as usize] == key));
@@ -140,14 +144,24 @@ impl Scheduler {
             self.out.push(Action::Complete { client: id });
             return;
         }
+        let holds = self.holds_regions() && !in_order;
         let file = self.files.entry(file_id).or_insert_with(|| FileState::new(file_id, layout));
         if file.clients.is_empty() {
             self.active_files += 1;
         }
         file.clients.push(id);
-        let state = ClientState::new(file_id, have, in_order, self.now, self.cfg.queue_len, file.leads);
+        let mut state = ClientState::new(file_id, have, in_order, self.now, self.cfg.queue_len, file.leads);
+        state.holds = holds;
+        if state.holds {
+            file.count_needs(&state.have, 1);
+        }
         self.clients.insert(id, state);
         self.fill(id);
+    }
+
+    /// Rule C13 is on: the circus policy favouring storage.
+    fn holds_regions(&self) -> bool {
+        self.cfg.favor == Favor::Storage && self.cfg.policy == PolicyKind::Circus
     }
 
     fn fail_unknown(&mut self, client: ClientId, reason: FailReason) {
@@ -181,14 +195,29 @@ impl Scheduler {
                 return;
             }
             let region_cap = self.region_cap(file.blocks());
+            let gate_closed = client.holds && file.region_gate_closed(region_cap);
             let ctx = PickCtx {
                 file,
                 client,
                 leap_cap: (f64::from(region_cap) * self.cfg.leapfront) as u32,
                 independent_at: (f64::from(file.blocks()) * self.cfg.threshold).ceil() as u32,
+                gate_closed,
             };
             let policy: &dyn Policy = if client.in_order { &Sequential } else { self.policy.as_ref() };
-            let Some((pick, role)) = policy.pick(&ctx) else { return };
+            let Some((pick, role)) = policy.pick(&ctx) else {
+                if gate_closed {
+                    // Picks again once the region can slide (`wake_gated`).
+                    let file_id = client.file;
+                    let gated = &mut self.files.get_mut(&file_id).expect("client's file present").gated;
+                    if !gated.contains(&id) {
+                        gated.push(id);
+                    }
+                    if !self.gating.contains(&file_id) {
+                        self.gating.push(file_id);
+                    }
+                }
+                return;
+            };
             if queued >= self.cfg.queue_len as usize && !self.may_extend_run(client.in_order, file, pick.block()) {
                 return;
             }
@@ -200,6 +229,10 @@ impl Scheduler {
             client.have.insert(b);
             client.queue.push(b);
             client.cursor = (b + 1) % client.have.capacity();
+            if client.holds {
+                self.taken_by_holder(file_id, b);
+            }
+            let client = self.clients.get_mut(&id).expect("client present");
             let lead = matches!(pick, Pick::Lead(_));
             if matches!(pick, Pick::Lead(_) | Pick::Shared(_)) {
                 client.taken += 1;
@@ -227,6 +260,83 @@ impl Scheduler {
             && file.resident.contains(b)
             && self.deferred.is_empty()
             && self.cache.idle_blocks() * u64::from(self.cfg.block_size) >= self.cache.limit / 2
+    }
+
+    /// A holder took `b` (C13): one needer fewer. When none is left the
+    /// block may be evicted once unpinned, and if it was the region's
+    /// oldest block the region may slide again.
+    fn taken_by_holder(&mut self, file_id: FileId, b: BlockIdx) {
+        let file = self.files.get_mut(&file_id).expect("client's file present");
+        let n = &mut file.needers[b as usize];
+        *n -= 1;
+        if *n == 0 {
+            self.no_longer_held(file_id, b);
+        }
+    }
+
+    /// `b`'s last needer took it or let go: if idle, it is re-keyed as an
+    /// ordinary block, no longer kept before all others.
+    fn no_longer_held(&mut self, file_id: FileId, b: BlockIdx) {
+        let file = &self.files[&file_id];
+        let i = b as usize;
+        if file.resident.contains(b) && file.pins[i] == 0 && file.evict_key[i] != 0 {
+            self.cache.forget_one();
+            self.make_idle(file_id, b);
+        }
+    }
+
+    /// A holder stops holding (it left, or stalled): the blocks it lacked
+    /// lose a needer.
+    fn release_holder(&mut self, id: ClientId) {
+        let Some(client) = self.clients.get_mut(&id).filter(|c| c.holds) else { return };
+        client.holds = false;
+        let file_id = client.file;
+        let have = client.have.clone();
+        let file = self.files.get_mut(&file_id).expect("client's file present");
+        file.count_needs(&have, -1);
+        let freed: Vec<BlockIdx> =
+            (0..file.blocks()).filter(|&b| !have.contains(b) && file.needers[b as usize] == 0).collect();
+        for b in freed {
+            self.no_longer_held(file_id, b);
+        }
+    }
+
+    /// C13: a holder that has had a resident block to send for
+    /// `HOLD_STALL_NANOS` without sending stops holding, so one stuck socket
+    /// cannot stop every other download of its file.
+    fn release_stalled_holders(&mut self) {
+        let now = self.now;
+        let mut stalled: Vec<ClientId> = self
+            .clients
+            .iter()
+            .filter(|(_, c)| {
+                let front = c.queue.first().is_some_and(|&b| self.files[&c.file].resident.contains(b));
+                c.stalled(now, front)
+            })
+            .map(|(&id, _)| id)
+            .collect();
+        // Deterministic order whatever the map's.
+        stalled.sort_unstable();
+        for id in stalled {
+            self.release_holder(id);
+        }
+    }
+
+    /// Gated clients of files whose region can slide again (its oldest
+    /// block was taken by its last holder, or let go, or evicted, or the
+    /// region's cap grew) pick again; they may find it closed once more.
+    fn wake_gated(&mut self) {
+        loop {
+            let open = self.gating.iter().position(|f| {
+                self.files.get(f).is_none_or(|file| !file.region_gate_closed(self.region_cap(file.blocks())))
+            });
+            let Some(i) = open else { return };
+            let file_id = self.gating.swap_remove(i);
+            let Some(file) = self.files.get_mut(&file_id) else { continue };
+            for id in std::mem::take(&mut file.gated) {
+                self.fill(id);
+            }
+        }
     }
 
     /// After a storage read of `b` for client `id`, reads up to
@@ -273,7 +383,7 @@ impl Scheduler {
         file.entered[b as usize] = self.cache.next_stamp();
         let order = self.policy.idle_order();
         for d in departed.drain(..) {
-            if file.evict_key[d as usize] != 0 {
+            if file.evict_key[d as usize] != 0 && file.needers[d as usize] == 0 {
                 // Idle and keyed as a region block: re-key as outside.
                 let key = self.cache.idle_key(order);
                 file.evict_key[d as usize] = key;
@@ -375,6 +485,7 @@ impl Scheduler {
         };
         client.queue.remove(pos);
         client.delivered += 1;
+        client.last_sent = self.now;
         client.rate.record(self.now, file.layout.block_len(b));
         let (file_id, done) = (client.file, client.delivered == file.blocks());
         self.unpin(file_id, b);
@@ -398,7 +509,11 @@ impl Scheduler {
 
     fn make_idle(&mut self, file_id: FileId, b: BlockIdx) {
         let file = self.files.get_mut(&file_id).expect("file present");
-        let key = if file.region.contains(b) {
+        let key = if file.needers[b as usize] > 0 {
+            // A holder still lacks it (C13): kept until it is taken, unless
+            // nothing else can make room.
+            self.cache.held_key()
+        } else if file.region.contains(b) {
             Cache::region_key(file.entered[b as usize])
         } else {
             self.cache.idle_key(self.policy.idle_order())
@@ -439,6 +554,7 @@ impl Scheduler {
 
     /// Forgets a client (left, failed or complete) and unpins its queue.
     fn remove_client(&mut self, id: ClientId) {
+        self.release_holder(id);
         let Some(client) = self.clients.remove(&id) else { return };
         let file_id = client.file;
         for &b in &client.queue {
@@ -455,6 +571,7 @@ impl Scheduler {
         }
         let file = self.files.get_mut(&file_id).expect("client's file present");
         file.clients.retain(|&c| c != id);
+        file.gated.retain(|&c| c != id);
         if file.frontrunner == Some(id) {
             file.frontrunner = None;
         }

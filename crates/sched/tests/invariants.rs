@@ -8,7 +8,7 @@
 mod common;
 
 use circus_core::{BlockSet, ClientId};
-use circus_sched::{Action, PolicyKind, SchedConfig};
+use circus_sched::{Action, Favor, PolicyKind, SchedConfig};
 use common::Driver;
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
@@ -17,6 +17,7 @@ use rand_chacha::ChaCha8Rng;
 #[derive(Debug, Clone)]
 struct Params {
     policy: PolicyKind,
+    favor: Favor,
     seed: u64,
     cache_blocks: u64,
     queue: u32,
@@ -33,6 +34,7 @@ struct Params {
 fn params() -> impl Strategy<Value = Params> {
     (
         prop_oneof![Just(PolicyKind::Circus), Just(PolicyKind::Sequential)],
+        prop_oneof![Just(Favor::Speed), Just(Favor::Storage)],
         any::<u64>(),
         2u64..40,
         1u32..6,
@@ -44,9 +46,10 @@ fn params() -> impl Strategy<Value = Params> {
         any::<bool>(),
     )
         .prop_map(
-            |(policy, seed, cache_blocks, queue, active_blocks, threshold, leapfront, readahead, files, fail_reads)| {
+            |(policy, favor, seed, cache_blocks, queue, active_blocks, threshold, leapfront, readahead, files, fail_reads)| {
                 Params {
                     policy,
+                    favor,
                     seed,
                     cache_blocks,
                     queue,
@@ -77,6 +80,7 @@ fn run(p: &Params, steps: usize) -> Driver {
         threshold: p.threshold,
         leapfront: p.leapfront,
         readahead: p.readahead,
+        favor: p.favor,
     };
     let mut rng = ChaCha8Rng::seed_from_u64(p.seed);
     let lens: Vec<u64> = (0..p.files).map(|_| rng.random_range(p.lens.clone())).collect();
@@ -156,6 +160,7 @@ proptest! {
 fn long_run_circus_shares_reads() {
     let p = Params {
         policy: PolicyKind::Circus,
+        favor: Favor::Speed,
         seed: 7,
         cache_blocks: 16,
         queue: 5,

@@ -4,7 +4,7 @@
 mod common;
 
 use circus_core::{BlockSet, ClientId};
-use circus_sched::{Action, FailReason, IN_ORDER_HIT_QUEUE, PolicyKind, Role, SchedConfig};
+use circus_sched::{Action, Event, FailReason, Favor, HOLD_STALL_NANOS, IN_ORDER_HIT_QUEUE, PolicyKind, Role, SchedConfig};
 use common::{Driver, cfg};
 
 const B: u64 = 1024;
@@ -345,6 +345,63 @@ fn c2_a_follower_holding_every_other_block_still_leads() {
     assert_eq!(reads(&d)[reads_before], head + 1, "it leads, skipping the block it holds");
     let f = &d.s.status().files[0];
     assert_eq!(f.frontrunner, Some(ClientId(2)));
+    d.drain();
+    assert!(d.completed.contains(&ClientId(2)));
+}
+
+#[test]
+fn c13_favoring_storage_reads_each_block_once_for_clients_of_every_speed() {
+    // The cohort of the C1 test: one client four times as fast as the
+    // slowest, a file sixteen times the cache.
+    let speeds = [(1, 4), (2, 2), (3, 2), (4, 2), (5, 1), (6, 1), (7, 1)];
+    let n = 1024u32;
+    let reads_with = |favor| {
+        let cfg = SchedConfig { queue_len: 5, cache_bytes: 64 * B, active_len: 32 * B, favor, ..cfg(PolicyKind::Circus) };
+        let mut d = Driver::new(cfg);
+        for &(c, _) in &speeds {
+            d.join(c, 1, u64::from(n) * B, None);
+        }
+        run_cohort(&mut d, &speeds);
+        assert_eq!(d.completed.len(), speeds.len());
+        d.reads
+    };
+    let (speed, storage) = (reads_with(Favor::Speed), reads_with(Favor::Storage));
+    // Every block read once; the speed-first rules read it about 2.5 times.
+    assert_eq!(storage, u64::from(n), "favoring storage: {storage} reads for {n} blocks");
+    assert!(speed > 2 * u64::from(n), "favoring speed: {speed} reads for {n} blocks");
+}
+
+#[test]
+fn c13_the_region_waits_for_its_slowest_holder_and_a_stalled_one_is_let_go() {
+    let cfg = SchedConfig { queue_len: 2, cache_bytes: 16 * B, active_len: 8 * B, favor: Favor::Storage, ..cfg(PolicyKind::Circus) };
+    let mut d = Driver::new(cfg);
+    let n = 64u64;
+    d.join(1, 1, n * B, None);
+    d.join(2, 1, n * B, None);
+    // Only client 1 sends. Client 2 holds the region: client 1 can get no
+    // further than what memory holds ahead of client 2's oldest block.
+    for _ in 0..200 {
+        while !d.pending_reads.is_empty() {
+            d.finish_read(0, false);
+        }
+        let Some(i) = d.pending_sends.iter().position(|s| s.0 == ClientId(1)) else { break };
+        d.finish_send(i);
+    }
+    let ahead = d.got[&ClientId(1)].len();
+    assert!(ahead <= 16, "client 1 ran {ahead} blocks ahead of a holder that sent nothing");
+    assert!(d.active().any(|c| c == ClientId(1)), "client 1 must wait, not finish");
+    // Two seconds on with resident blocks queued and none sent: client 2
+    // stalled and stops holding; client 1 finishes on its own.
+    d.now += HOLD_STALL_NANOS + 1;
+    d.event(Event::Tick);
+    for _ in 0..10_000 {
+        while !d.pending_reads.is_empty() {
+            d.finish_read(0, false);
+        }
+        let Some(i) = d.pending_sends.iter().position(|s| s.0 == ClientId(1)) else { break };
+        d.finish_send(i);
+    }
+    assert!(d.completed.contains(&ClientId(1)));
     d.drain();
     assert!(d.completed.contains(&ClientId(2)));
 }
