@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use circus_core::ByteSize;
-use circus_sched::PolicyKind;
+use circus_sched::{Favor, PolicyKind};
 use circus_server::{FileConfig, ServeConfig, Server};
 use clap::Args;
 use std::{net::SocketAddr, path::PathBuf};
@@ -64,6 +64,12 @@ pub struct ServeArgs {
     threshold: Option<f64>,
     #[arg(long)]
     readahead: Option<u32>,
+    /// What the circus policy favours when a file's native clients differ in
+    /// speed: speed (default: each at its own pace; blocks a slower client
+    /// missed are read again) or storage (each block read once for all of
+    /// them; the region waits for the slowest, so faster clients slow down).
+    #[arg(long)]
+    favor: Option<Favor>,
     /// Connections served at once (default 10000).
     #[arg(long)]
     max_connections: Option<usize>,
@@ -119,6 +125,7 @@ impl ServeArgs {
             leapfront: self.leapfront,
             threshold: self.threshold,
             readahead: self.readahead,
+            favor: self.favor,
             max_connections: self.max_connections,
             drain_timeout_secs: self.drain_timeout,
             send_lowat: self.send_lowat,

@@ -2,7 +2,7 @@
 
 use anyhow::{Context, bail};
 use circus_core::{BitRate, ByteSize};
-use circus_sched::{PolicyKind, SchedConfig};
+use circus_sched::{Favor, PolicyKind, SchedConfig};
 use circus_sim::{SimConfig, disk::DiskModel, disk::QueueOrder, link::LinkMix, link::TcpModel};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -44,6 +44,10 @@ pub struct SimArgs {
     /// Blocks per storage read (1 = no read-ahead).
     #[arg(long, default_value_t = 1)]
     readahead: u32,
+    /// speed, or storage: each block read once for all clients of a file,
+    /// the region moving at its slowest client's pace (rule C13).
+    #[arg(long, default_value = "speed")]
+    favor: Favor,
     #[arg(long, default_value = "1Gbit")]
     server_link: BitRate,
     /// Round-trip time added to every client path.
@@ -103,6 +107,7 @@ impl SimArgs {
                 leapfront: self.leapfront,
                 threshold: self.threshold,
                 readahead: self.readahead,
+                favor: self.favor,
             },
             links: self.link.clone(),
             load: self.load,

@@ -74,3 +74,52 @@ fn a_hundred_mixed_speed_native_downloads_share_reads_and_arrive_byte_exact() {
         "read {read} bytes for {CLIENTS} downloads of ~{per_download} bytes: blocks were not shared"
     );
 }
+
+/// Storage bytes `circus serve --favor F` reads for six native downloads of
+/// one 4 MiB file, two each unthrottled, at 4 MiB/s and at 1 MiB/s, through
+/// a cache a quarter of the file, after a first download built the index.
+fn crowd_reads(favor: &str, data: &[u8]) -> f64 {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f.bin"), data).unwrap();
+    let args = [dir.path().to_str().unwrap(), "--cache", "1MiB", "--active", "512KiB", "--favor", favor];
+    let server = common::serve(&args);
+    let (addr, out) = (server.addr.clone(), tempfile::tempdir().unwrap());
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let client = http_client(Duration::from_secs(10));
+    let get = |name: String, rate: Option<u64>| {
+        let mut opts = GetOptions::new(format!("http://{addr}/f.bin"), out.path().join(name));
+        opts.limit_rate = rate;
+        opts.timeout = Duration::from_secs(30);
+        let client = client.clone();
+        async move { download_with(&client, &opts, &()).await }
+    };
+    runtime.block_on(get("warm".into(), None)).expect("first download");
+    let before = metric(&addr, "circus_storage_read_bytes_total");
+    let rates = [None, None, Some(4 << 20), Some(4 << 20), Some(1 << 20), Some(1 << 20)];
+    let reports = runtime.block_on(async {
+        let mut tasks = tokio::task::JoinSet::new();
+        for (i, rate) in rates.into_iter().enumerate() {
+            tasks.spawn(get(format!("{i}"), rate));
+        }
+        tasks.join_all().await
+    });
+    for (i, report) in reports.into_iter().enumerate() {
+        let report = report.unwrap_or_else(|e| panic!("{favor}: download {i}: {e}"));
+        assert_eq!(report.protocol, Protocol::Native);
+        assert!(std::fs::read(out.path().join(i.to_string())).unwrap() == data, "{favor}: download {i} differs");
+    }
+    metric(&addr, "circus_storage_read_bytes_total") - before
+}
+
+#[test]
+fn favoring_storage_reads_the_file_about_once_for_clients_of_every_speed() {
+    let data: Vec<u8> = (0..4u64 << 20).map(|i| (i * 13 % 251) as u8).collect();
+    let len = data.len() as f64;
+    let storage = crowd_reads("storage", &data) / len;
+    let speed = crowd_reads("speed", &data) / len;
+    eprintln!("file read {storage:.2} times favoring storage, {speed:.2} favoring speed");
+    // At full speed the 1 MiB/s clients hold a quarter of the file when the
+    // fast ones are done, and most of the rest is read again.
+    assert!(storage <= 1.1, "favoring storage read the file {storage:.2} times");
+    assert!(speed >= 1.3, "favoring speed read the file {speed:.2} times: the crowd did not differ in speed");
+}

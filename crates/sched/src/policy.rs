@@ -97,11 +97,15 @@ impl Policy for Circus {
             return Some((Pick::Shared(b), role));
         }
         if client.holds {
-            // C13: anything of the file still in memory is free (a leap may
-            // have slid a held block out of the region); and while the
-            // region cannot slide, wait rather than read.
+            // C13: a block that just slid out of the region (a leap slides
+            // several at once) is still free; and while the region cannot
+            // slide, wait rather than read. Blocks in memory past the head
+            // are left to leading, which takes them without a read and
+            // moves the region over them.
             let n = file.blocks();
-            if let Some(b) = first_in_circular(n, region.head(), n, lacking) {
+            let behind =
+                ((u64::from(region.start) + u64::from(n) - u64::from(region.len)) % u64::from(n.max(1))) as u32;
+            if let Some(b) = first_in_circular(n, behind, region.len.min(n), lacking) {
                 return Some((Pick::Shared(b), role));
             }
             if ctx.gate_closed {

@@ -35,6 +35,9 @@ pub struct ClientStatus {
     /// Took under three quarters of what the region brought since it
     /// joined, so it follows in spread order (rule C1).
     pub behind_region: bool,
+    /// Favoring storage, the blocks it lacks stay in memory for it and its
+    /// file's region waits for it (rule C13).
+    pub holds: bool,
 }
 
 impl Scheduler {
@@ -64,6 +67,7 @@ impl Scheduler {
                             queued_blocks: c.queue.len() as u32,
                             rate_bytes_per_sec: c.rate.get(),
                             behind_region: !c.in_order && c.behind_region(f.leads),
+                            holds: c.holds,
                         }
                     })
                     .collect(),

@@ -46,7 +46,19 @@ fn params() -> impl Strategy<Value = Params> {
         any::<bool>(),
     )
         .prop_map(
-            |(policy, favor, seed, cache_blocks, queue, active_blocks, threshold, leapfront, readahead, files, fail_reads)| {
+            |(
+                policy,
+                favor,
+                seed,
+                cache_blocks,
+                queue,
+                active_blocks,
+                threshold,
+                leapfront,
+                readahead,
+                files,
+                fail_reads,
+            )| {
                 Params {
                     policy,
                     favor,

@@ -4,7 +4,9 @@
 mod common;
 
 use circus_core::{BlockSet, ClientId};
-use circus_sched::{Action, Event, FailReason, Favor, HOLD_STALL_NANOS, IN_ORDER_HIT_QUEUE, PolicyKind, Role, SchedConfig};
+use circus_sched::{
+    Action, Event, FailReason, Favor, HOLD_STALL_NANOS, IN_ORDER_HIT_QUEUE, PolicyKind, Role, SchedConfig,
+};
 use common::{Driver, cfg};
 
 const B: u64 = 1024;
@@ -356,7 +358,8 @@ fn c13_favoring_storage_reads_each_block_once_for_clients_of_every_speed() {
     let speeds = [(1, 4), (2, 2), (3, 2), (4, 2), (5, 1), (6, 1), (7, 1)];
     let n = 1024u32;
     let reads_with = |favor| {
-        let cfg = SchedConfig { queue_len: 5, cache_bytes: 64 * B, active_len: 32 * B, favor, ..cfg(PolicyKind::Circus) };
+        let cfg =
+            SchedConfig { queue_len: 5, cache_bytes: 64 * B, active_len: 32 * B, favor, ..cfg(PolicyKind::Circus) };
         let mut d = Driver::new(cfg);
         for &(c, _) in &speeds {
             d.join(c, 1, u64::from(n) * B, None);
@@ -373,7 +376,13 @@ fn c13_favoring_storage_reads_each_block_once_for_clients_of_every_speed() {
 
 #[test]
 fn c13_the_region_waits_for_its_slowest_holder_and_a_stalled_one_is_let_go() {
-    let cfg = SchedConfig { queue_len: 2, cache_bytes: 16 * B, active_len: 8 * B, favor: Favor::Storage, ..cfg(PolicyKind::Circus) };
+    let cfg = SchedConfig {
+        queue_len: 2,
+        cache_bytes: 16 * B,
+        active_len: 8 * B,
+        favor: Favor::Storage,
+        ..cfg(PolicyKind::Circus)
+    };
     let mut d = Driver::new(cfg);
     let n = 64u64;
     d.join(1, 1, n * B, None);
@@ -404,4 +413,33 @@ fn c13_the_region_waits_for_its_slowest_holder_and_a_stalled_one_is_let_go() {
     assert!(d.completed.contains(&ClientId(1)));
     d.drain();
     assert!(d.completed.contains(&ClientId(2)));
+}
+
+#[test]
+fn c13_blocks_left_in_memory_past_the_head_do_not_strand_holders() {
+    // A first download leaves the region at the end of the file and blocks
+    // past its head in memory. Holders that took those blocks as free
+    // shares (and not by leading) found the next block they lacked too far
+    // ahead to lead, and read the whole file privately (1,469 private
+    // reads for 1,024 blocks).
+    let cfg = SchedConfig {
+        queue_len: 5,
+        cache_bytes: 120 * B,
+        active_len: 64 * B,
+        favor: Favor::Storage,
+        ..cfg(PolicyKind::Circus)
+    };
+    let mut d = Driver::new(cfg);
+    let n = 1024u32;
+    d.join(100, 1, u64::from(n) * B, None);
+    d.drain();
+    let (reads, private) = (d.reads, d.s.counters().private_reads);
+    let speeds = [(1, 8), (2, 1), (3, 8), (4, 1)];
+    for &(c, _) in &speeds {
+        d.join(c, 1, u64::from(n) * B, None);
+    }
+    run_cohort(&mut d, &speeds);
+    assert_eq!(d.completed.len(), 5);
+    assert_eq!(d.s.counters().private_reads, private, "holders read on their own");
+    assert!(d.reads - reads <= u64::from(n), "{} reads for {n} blocks", d.reads - reads);
 }

@@ -70,6 +70,8 @@ pub struct FileConfig {
     pub leapfront: Option<f64>,
     pub threshold: Option<f64>,
     pub readahead: Option<u32>,
+    /// speed (default) or storage (rule C13 of docs/scheduler.md).
+    pub favor: Option<circus_sched::Favor>,
     pub max_connections: Option<usize>,
     pub max_header: Option<ByteSize>,
     pub header_timeout_secs: Option<u64>,
@@ -140,6 +142,7 @@ impl FileConfig {
         set(&mut s.leapfront, self.leapfront);
         set(&mut s.threshold, self.threshold);
         set(&mut s.readahead, self.readahead);
+        set(&mut s.favor, self.favor);
         set(&mut cfg.listen, self.listen);
         set(&mut cfg.max_connections, self.max_connections);
         set(&mut cfg.max_header_bytes, self.max_header.map(|b| b.0 as usize));

@@ -11,7 +11,7 @@ use crate::{
 };
 use bytes::Bytes;
 use circus_core::{BlockIdx, BlockSet, ClientId, FileId};
-use circus_sched::{Action, Counters, Event, SchedConfig, Scheduler, Status};
+use circus_sched::{Action, Counters, Event, Favor, HOLD_STALL_NANOS, SchedConfig, Scheduler, Status};
 use rustc_hash::FxHashMap;
 use std::{
     ops::Range,
@@ -133,6 +133,9 @@ pub fn spawn(cfg: SchedConfig, storage: Storage, metrics: Arc<Metrics>) -> Drive
     let Storage { io_threads, arena, pacer } = storage;
     let (tx, mut rx) = mpsc::unbounded_channel();
     let max_queued = cfg.max_queued() as usize;
+    // Favoring storage, a holder that stops sending is let go on a Tick
+    // (rule C13); nothing else needs the scheduler to see time pass.
+    let tick = (cfg.favor == Favor::Storage).then(|| std::time::Duration::from_nanos(HOLD_STALL_NANOS / 8));
     let mut driver = Driver {
         sched: Scheduler::new(cfg),
         cache: FxHashMap::default(),
@@ -147,8 +150,22 @@ pub fn spawn(cfg: SchedConfig, storage: Storage, metrics: Arc<Metrics>) -> Drive
         actions: Vec::new(),
     };
     tokio::spawn(async move {
-        while let Some(cmd) = rx.recv().await {
-            driver.handle(cmd);
+        let Some(period) = tick else {
+            while let Some(cmd) = rx.recv().await {
+                driver.handle(cmd);
+            }
+            return;
+        };
+        let mut ticks = tokio::time::interval(period);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                cmd = rx.recv() => match cmd {
+                    Some(cmd) => driver.handle(cmd),
+                    None => return,
+                },
+                _ = ticks.tick() => driver.step(Event::Tick),
+            }
         }
     });
     DriverHandle { tx, next_id: Arc::new(AtomicU64::new(1)), max_queued, arena }
