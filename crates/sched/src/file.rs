@@ -31,8 +31,8 @@ pub(crate) struct FileState {
     pub frontrunner: Option<ClientId>,
     /// Blocks read to advance the region since the file became active.
     pub leads: u64,
-    /// Clients holding the region (C13) that lack each block. A resident
-    /// block with a count is never evicted.
+    /// Clients holding the region (C13) that lack each block. An idle block
+    /// with a count is evicted only when nothing else can make room.
     pub needers: Vec<u32>,
     /// Clients that found the region unable to advance (C13) and wait for a
     /// holder to take its oldest block.
