@@ -374,6 +374,18 @@ fn c13_favoring_storage_reads_each_block_once_for_clients_of_every_speed() {
     assert!(speed > 2 * u64::from(n), "favoring speed: {speed} reads for {n} blocks");
 }
 
+/// Puts up to `k` of client `c`'s blocks on the wire, finishing reads as
+/// they are needed; every other client sends nothing.
+fn send_only(d: &mut Driver, c: u64, k: usize) {
+    for _ in 0..k {
+        while !d.pending_reads.is_empty() {
+            d.finish_read(0, false);
+        }
+        let Some(i) = d.pending_sends.iter().position(|s| s.0 == ClientId(c)) else { return };
+        d.finish_send(i);
+    }
+}
+
 #[test]
 fn c13_the_region_waits_for_its_slowest_holder_and_a_stalled_one_is_let_go() {
     let cfg = SchedConfig {
@@ -389,13 +401,7 @@ fn c13_the_region_waits_for_its_slowest_holder_and_a_stalled_one_is_let_go() {
     d.join(2, 1, n * B, None);
     // Only client 1 sends. Client 2 holds the region: client 1 can get no
     // further than what memory holds ahead of client 2's oldest block.
-    for _ in 0..200 {
-        while !d.pending_reads.is_empty() {
-            d.finish_read(0, false);
-        }
-        let Some(i) = d.pending_sends.iter().position(|s| s.0 == ClientId(1)) else { break };
-        d.finish_send(i);
-    }
+    send_only(&mut d, 1, 200);
     let ahead = d.got[&ClientId(1)].len();
     assert!(ahead <= 16, "client 1 ran {ahead} blocks ahead of a holder that sent nothing");
     assert!(d.active().any(|c| c == ClientId(1)), "client 1 must wait, not finish");
@@ -403,13 +409,7 @@ fn c13_the_region_waits_for_its_slowest_holder_and_a_stalled_one_is_let_go() {
     // stalled and stops holding; client 1 finishes on its own.
     d.now += HOLD_STALL_NANOS + 1;
     d.event(Event::Tick);
-    for _ in 0..10_000 {
-        while !d.pending_reads.is_empty() {
-            d.finish_read(0, false);
-        }
-        let Some(i) = d.pending_sends.iter().position(|s| s.0 == ClientId(1)) else { break };
-        d.finish_send(i);
-    }
+    send_only(&mut d, 1, 10_000);
     assert!(d.completed.contains(&ClientId(1)));
     d.drain();
     assert!(d.completed.contains(&ClientId(2)));
