@@ -322,21 +322,44 @@ impl Scheduler {
         }
     }
 
-    /// Gated clients of files whose region can slide again (its oldest
-    /// block was taken by its last holder, or let go, or evicted, or the
-    /// region's cap grew) pick again; they may find it closed once more.
+    /// Gated clients pick again when their file's region can slide (its
+    /// oldest block was taken by its last holder, let go or evicted, or the
+    /// region's cap grew), and so does a gated client that lacks the very
+    /// block the region waits on: it became the oldest after that client
+    /// was gated (a read-ahead or another client's lead moved the region),
+    /// and only its lackers can open the gate. They may wait once more.
     fn wake_gated(&mut self) {
-        loop {
-            let open = self.gating.iter().position(|f| {
-                self.files.get(f).is_none_or(|file| !file.region_gate_closed(self.region_cap(file.blocks())))
-            });
-            let Some(i) = open else { return };
-            let file_id = self.gating.swap_remove(i);
-            let Some(file) = self.files.get_mut(&file_id) else { continue };
-            for id in std::mem::take(&mut file.gated) {
+        while let Some((i, wake)) = self.next_to_wake() {
+            let Some(file) = self.files.get_mut(&self.gating[i]) else {
+                self.gating.swap_remove(i);
+                continue;
+            };
+            file.gated.retain(|c| !wake.contains(c));
+            if file.gated.is_empty() {
+                self.gating.swap_remove(i);
+            }
+            for id in wake {
                 self.fill(id);
             }
         }
+    }
+
+    /// The first gating file with clients to wake, and those clients.
+    fn next_to_wake(&self) -> Option<(usize, Vec<ClientId>)> {
+        self.gating.iter().enumerate().find_map(|(i, f)| {
+            let Some(file) = self.files.get(f) else { return Some((i, Vec::new())) };
+            if !file.region_gate_closed(self.region_cap(file.blocks())) {
+                return Some((i, file.gated.clone()));
+            }
+            let start = file.region.start;
+            let lacking: Vec<ClientId> = file
+                .gated
+                .iter()
+                .copied()
+                .filter(|c| self.clients.get(c).is_some_and(|c| !c.have.contains(start)))
+                .collect();
+            (!lacking.is_empty()).then_some((i, lacking))
+        })
     }
 
     /// After a storage read of `b` for client `id`, reads up to
