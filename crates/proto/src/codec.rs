@@ -4,9 +4,14 @@
 //! [`Decoder::decode`] until it returns `Ok(None)`. The decoder looks at a
 //! frame's 5-byte header first and rejects a length over its limit right
 //! there, so an untrusted length never sizes an allocation or makes the
-//! client wait for gigabytes it would refuse anyway.
+//! client wait for gigabytes it would refuse anyway. A manifest's fixed
+//! part is checked as soon as it arrives, for the same reason: its fields
+//! fix the payload's length, and a block larger than
+//! [`MAX_BLOCK_SIZE`](crate::MAX_BLOCK_SIZE) is refused, which bounds every
+//! later BLOCK frame.
 
 use crate::frame::{BLOCK_PREFIX_LEN, Block, FRAME_HEADER_LEN, Frame, FrameType, MAX_ERROR_MESSAGE_LEN, PREAMBLE};
+use crate::manifest::{Fixed, MANIFEST_FIXED_LEN};
 use crate::{ErrorCode, Manifest, ProtoError};
 use bytes::{Buf, BytesMut};
 use circus_core::BlockLayout;
@@ -162,6 +167,14 @@ impl Decoder {
                 self.state = State::Skipping { kind, len, remaining: len };
                 return self.step(buf);
             }
+            Some(FrameType::Manifest) if len as usize >= MANIFEST_FIXED_LEN => {
+                // The fixed part says how long the payload must be: check it
+                // before waiting for (and reserving room for) the rest.
+                let Some(fixed) = buf.get(FRAME_HEADER_LEN..FRAME_HEADER_LEN + MANIFEST_FIXED_LEN) else {
+                    return Ok(None);
+                };
+                Fixed::check(fixed, u64::from(len))?;
+            }
             _ => {}
         }
         let total = FRAME_HEADER_LEN + len as usize;
@@ -287,6 +300,74 @@ mod tests {
         wire.put_u8(2);
         wire.put_u32(17);
         assert_eq!(one_shot(&wire), Err(ProtoError::FrameTooLarge { kind: 2, len: 17, max: 16 }));
+    }
+
+    /// A MANIFEST frame written field by field, so a test can send what
+    /// [`Manifest::encode`] refuses to produce.
+    fn raw_manifest(file_size: u64, block_size: u32, leaves: &[[u8; 32]], claimed_len: Option<u32>) -> Vec<u8> {
+        let etag = b"\"e\"";
+        let len = crate::MANIFEST_FIXED_LEN + etag.len() + 32 * leaves.len();
+        let mut v = PREAMBLE.to_vec();
+        v.push(1);
+        v.extend_from_slice(&claimed_len.unwrap_or(len as u32).to_be_bytes());
+        v.extend_from_slice(&file_size.to_be_bytes());
+        v.extend_from_slice(&block_size.to_be_bytes());
+        v.extend_from_slice(&(leaves.len() as u32).to_be_bytes());
+        v.extend_from_slice(&crate::compute_root(leaves));
+        v.extend_from_slice(&[0; 32]);
+        v.extend_from_slice(&(etag.len() as u16).to_be_bytes());
+        v.extend_from_slice(etag);
+        leaves.iter().for_each(|l| v.extend_from_slice(l));
+        v
+    }
+
+    #[test]
+    fn block_size_over_the_limit_is_refused_before_any_block() {
+        let leaves = [HashTree::leaf_hash(b"a"), HashTree::leaf_hash(b"b")];
+        for block_size in [u32::MAX, crate::MAX_BLOCK_SIZE + 1] {
+            // A consistent manifest, but blocks that would each be buffered
+            // whole: gigabytes on the say-so of the server.
+            let wire = raw_manifest(2 * u64::from(block_size), block_size, &leaves, None);
+            let err = one_shot(&wire).unwrap_err();
+            assert!(
+                matches!(&err, ProtoError::BadManifest { reason } if reason.contains("block size")),
+                "{block_size}: {err}"
+            );
+        }
+        // At the limit the manifest is fine, and a block frame one byte
+        // longer than a block is refused from its header.
+        let max = crate::MAX_BLOCK_SIZE;
+        let mut wire = raw_manifest(2 * u64::from(max), max, &leaves, None);
+        wire.push(2);
+        wire.extend_from_slice(&(max + BLOCK_PREFIX_LEN + 1).to_be_bytes());
+        let (mut d, mut buf) = (Decoder::new(), BytesMut::from(&wire[..]));
+        assert!(matches!(d.decode(&mut buf), Ok(Some(Frame::Manifest(_)))));
+        assert!(matches!(d.decode(&mut buf), Err(ProtoError::FrameTooLarge { kind: 2, .. })));
+    }
+
+    #[test]
+    fn manifest_fields_are_checked_before_the_leaves_arrive() {
+        let leaves = [HashTree::leaf_hash(b"a")];
+        let cases: [(&str, u64, u32, Option<u32>); 3] = [
+            // The frame claims 64 MiB of leaves, the fixed part one block.
+            ("a length the fields do not describe", 1, 1, Some(DEFAULT_MAX_MANIFEST_LEN)),
+            ("a count the geometry does not have", 5, 1, None),
+            ("a block over the limit", 1, u32::MAX, None),
+        ];
+        for (what, file_size, block_size, claimed) in cases {
+            let wire = raw_manifest(file_size, block_size, &leaves, claimed);
+            // Only the preamble, the header and the fixed part: no leaves yet.
+            let head = 4 + FRAME_HEADER_LEN + crate::MANIFEST_FIXED_LEN;
+            let mut buf = BytesMut::from(&wire[..head]);
+            let err = Decoder::new().decode(&mut buf);
+            assert!(matches!(err, Err(ProtoError::BadManifest { .. })), "{what}: {err:?}");
+            assert!(buf.capacity() < 4096, "{what}: reserved {} bytes", buf.capacity());
+        }
+        // A manifest that is merely incomplete waits without reserving the
+        // whole claimed length before its fixed part is known to be sane.
+        let wire = raw_manifest(1, 1, &leaves, None);
+        let mut buf = BytesMut::from(&wire[..4 + FRAME_HEADER_LEN + 10]);
+        assert_eq!(Decoder::new().decode(&mut buf), Ok(None));
     }
 
     #[test]

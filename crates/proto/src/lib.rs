@@ -62,8 +62,8 @@ pub use frame::{
     Block, CONTENT_TYPE, ErrorCode, FRAME_HEADER_LEN, Frame, FrameType, MAX_ERROR_MESSAGE_LEN, PREAMBLE, encode_block,
     encode_block_header, encode_end, encode_error, encode_preamble,
 };
-pub use manifest::{MANIFEST_FIXED_LEN, Manifest, VerifiedBlock};
-pub use need::{MAX_NEED_LEN, NEED_HEADER, complement, format_need, parse_need};
+pub use manifest::{MANIFEST_FIXED_LEN, MAX_BLOCK_SIZE, Manifest, VerifiedBlock};
+pub use need::{MAX_NEED_LEN, MAX_SENT_NEED_LEN, NEED_HEADER, complement, format_need, parse_need};
 pub use tree::{HashTree, compute_root};
 
 /// Everything that can go wrong reading the protocol. A decoder that returned

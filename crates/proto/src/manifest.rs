@@ -25,6 +25,11 @@ use circus_core::BlockLayout;
 /// Length of the manifest payload before the ETag and the leaves.
 pub const MANIFEST_FIXED_LEN: usize = 8 + 4 + 4 + 32 + 32 + 2;
 
+/// The largest `block_size` a manifest may declare: 64 MiB. A decoder
+/// buffers a BLOCK frame whole, so this bounds what one frame can make a
+/// client allocate; servers (`circus serve --block`) stay within it.
+pub const MAX_BLOCK_SIZE: u32 = 64 << 20;
+
 /// What a client learns about the file before any block: enough to place,
 /// verify and resume.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,13 +117,14 @@ impl Manifest {
     }
 
     /// Appends the MANIFEST frame. Fails, writing nothing, when the manifest
-    /// cannot be represented: zero block size, a leaf count that does not
+    /// cannot be represented or no decoder would accept it: a block size of
+    /// zero or over [`MAX_BLOCK_SIZE`], a leaf count that does not
     /// match the geometry, an ETag over 65535 bytes or a payload over 4 GiB.
     /// (Decoders accept 64 MiB by default; see `docs/protocol.md`, Limits.)
     pub fn encode(&self, buf: &mut BytesMut) -> Result<(), ProtoError> {
         let bad = |reason: String| Err(ProtoError::BadManifest { reason });
-        if self.block_size == 0 {
-            return bad("block size is zero".into());
+        if let Err(reason) = check_block_size(self.block_size) {
+            return bad(reason);
         }
         let blocks = self.file_size.div_ceil(u64::from(self.block_size));
         if blocks != self.leaves.len() as u64 {
@@ -149,30 +155,11 @@ impl Manifest {
     /// against the bytes actually present before anything is allocated.
     pub(crate) fn decode(payload: &[u8]) -> Result<Self, ProtoError> {
         let bad = |reason: String| Err(ProtoError::BadManifest { reason });
-        if payload.len() < MANIFEST_FIXED_LEN {
+        let Some(fixed) = payload.get(..MANIFEST_FIXED_LEN) else {
             return bad(format!("{} bytes, shorter than the {MANIFEST_FIXED_LEN}-byte fixed part", payload.len()));
-        }
-        let mut p = payload;
-        let file_size = p.get_u64();
-        let block_size = p.get_u32();
-        let block_count = p.get_u32();
-        let root: [u8; 32] = take32(&mut p);
-        let sha256: [u8; 32] = take32(&mut p);
-        let etag_len = p.get_u16();
-        if block_size == 0 {
-            return bad("block size is zero".into());
-        }
-        let blocks = file_size.div_ceil(u64::from(block_size));
-        if blocks != u64::from(block_count) {
-            return bad(format!(
-                "block_count {block_count} but a {file_size}-byte file has {blocks} blocks of {block_size}"
-            ));
-        }
-        let expected = (MANIFEST_FIXED_LEN + usize::from(etag_len)) as u64 + 32 * u64::from(block_count);
-        if expected != payload.len() as u64 {
-            return bad(format!("payload is {} bytes but its fields describe {expected}", payload.len()));
-        }
-        let (etag, leaves) = p.split_at(usize::from(etag_len));
+        };
+        let Fixed { file_size, block_size, root, sha256, etag_len } = Fixed::check(fixed, payload.len() as u64)?;
+        let (etag, leaves) = payload[MANIFEST_FIXED_LEN..].split_at(usize::from(etag_len));
         let Ok(etag) = std::str::from_utf8(etag) else {
             return bad("ETag is not UTF-8".into());
         };
@@ -181,6 +168,58 @@ impl Manifest {
             return bad("root does not match the leaf hashes".into());
         }
         Ok(Self { file_size, block_size, root, sha256, etag: etag.to_owned(), leaves })
+    }
+}
+
+/// The fixed part of a MANIFEST payload, checked on its own: the decoder
+/// looks at it as soon as it arrives, so a manifest whose fields are absurd
+/// or disagree with its frame length fails before the rest (up to the
+/// manifest limit) is waited for or buffered.
+pub(crate) struct Fixed {
+    file_size: u64,
+    block_size: u32,
+    root: [u8; 32],
+    sha256: [u8; 32],
+    etag_len: u16,
+}
+
+impl Fixed {
+    /// `fixed` is the first [`MANIFEST_FIXED_LEN`] bytes of a payload whose
+    /// frame says it is `payload_len` bytes long.
+    pub(crate) fn check(fixed: &[u8], payload_len: u64) -> Result<Self, ProtoError> {
+        let bad = |reason: String| Err(ProtoError::BadManifest { reason });
+        let mut p = fixed;
+        let file_size = p.get_u64();
+        let block_size = p.get_u32();
+        let block_count = p.get_u32();
+        let root: [u8; 32] = take32(&mut p);
+        let sha256: [u8; 32] = take32(&mut p);
+        let etag_len = p.get_u16();
+        check_block_size(block_size).map_err(|reason| ProtoError::BadManifest { reason })?;
+        let blocks = file_size.div_ceil(u64::from(block_size));
+        if blocks != u64::from(block_count) {
+            return bad(format!(
+                "block_count {block_count} but a {file_size}-byte file has {blocks} blocks of {block_size}"
+            ));
+        }
+        let expected = (MANIFEST_FIXED_LEN + usize::from(etag_len)) as u64 + 32 * u64::from(block_count);
+        if expected != payload_len {
+            return bad(format!("payload is {payload_len} bytes but its fields describe {expected}"));
+        }
+        Ok(Self { file_size, block_size, root, sha256, etag_len })
+    }
+}
+
+/// Why `block_size` cannot be a manifest's, if it cannot. Both ends hold a
+/// whole block in memory, so the limit bounds what a peer can make the
+/// other allocate for one frame.
+fn check_block_size(block_size: u32) -> Result<(), String> {
+    if block_size == 0 {
+        Err("block size is zero".into())
+    } else if block_size > MAX_BLOCK_SIZE {
+        Err(format!("block size {block_size} is over the limit of {MAX_BLOCK_SIZE} bytes (64 MiB)"))
+    } else {
+        Ok(())
     }
 }
 
@@ -260,6 +299,10 @@ mod tests {
         let mut m = sample(10, 4);
         m.etag = "x".repeat(70_000);
         assert!(m.encode(&mut buf).is_err());
+        // A block no decoder would buffer.
+        let leaf = HashTree::leaf_hash(b"x");
+        let m = Manifest::new(BlockLayout::new(1, MAX_BLOCK_SIZE + 1), vec![leaf], [0; 32], "\"e\"");
+        assert!(reason(m.encode(&mut buf).map(|()| m.clone())).contains("over the limit"));
         assert!(buf.is_empty());
     }
 

@@ -13,9 +13,16 @@ use circus_core::{BlockSet, first_in};
 /// The header name (HTTP header names are case-insensitive).
 pub const NEED_HEADER: &str = "circus-need";
 
-/// The longest `Circus-Need` value a server accepts, in bytes. Clients pass
-/// this to [`format_need`] as `max_len`.
+/// The longest `Circus-Need` value a server accepts, in bytes.
 pub const MAX_NEED_LEN: usize = 16 * 1024;
+
+/// The longest `Circus-Need` value a client sends: 8 KiB, half of what a
+/// server parses ([`MAX_NEED_LEN`]), so that it fits in a request head
+/// together with the request line and the other fields. Clients pass it to
+/// [`format_need`] as `max_len`, which merges the closest ranges to fit;
+/// servers size their request-head limit from it (this much, plus room for
+/// everything else a request carries).
+pub const MAX_SENT_NEED_LEN: usize = 8 * 1024;
 
 /// The blocks of `0..set.capacity()` not in `set`: a client's verified
 /// blocks to the need set, or a server's need set to the scheduler's `have`.
@@ -73,19 +80,21 @@ pub fn format_need(need: &BlockSet, max_len: usize) -> String {
 }
 
 /// The need set of a `Circus-Need` value for a file of `block_count` blocks.
-/// Items are separated by commas (optional spaces around them are allowed),
-/// strictly ascending and non-overlapping; an empty value needs nothing.
+/// Items are separated by commas (spaces and tabs around them are allowed,
+/// nothing else), strictly ascending and non-overlapping; an index is ASCII
+/// digits only (no sign, no other script's digits); an empty value needs
+/// nothing.
 pub fn parse_need(value: &str, block_count: u32) -> Result<BlockSet, ProtoError> {
     let bad = |reason: String| Err(ProtoError::BadNeed { reason });
     if value.len() > MAX_NEED_LEN {
         return bad(format!("{} bytes, more than the limit of {MAX_NEED_LEN}", value.len()));
     }
     let mut need = BlockSet::new(block_count);
-    if value.trim().is_empty() {
+    if ows(value).is_empty() {
         return Ok(need);
     }
     let mut next_free = 0u64; // the lowest index the next item may start at
-    for (pos, item) in value.split(',').map(str::trim).enumerate() {
+    for (pos, item) in value.split(',').map(ows).enumerate() {
         let pos = pos + 1;
         let (a, b) = match item.split_once('-') {
             Some((a, b)) => (number(a, item, pos)?, number(b, item, pos)?),
@@ -109,6 +118,13 @@ pub fn parse_need(value: &str, block_count: u32) -> Result<BlockSet, ProtoError>
         next_free = u64::from(b) + 1;
     }
     Ok(need)
+}
+
+/// `s` without the optional whitespace (RFC 9110 OWS: spaces and tabs
+/// only) around it. Not `str::trim`, which also strips Unicode spaces and
+/// line breaks: those are errors, not padding.
+fn ows(s: &str) -> &str {
+    s.trim_matches([' ', '\t'])
 }
 
 fn need_err(reason: String) -> ProtoError {
@@ -199,6 +215,57 @@ mod tests {
     }
 
     #[test]
+    fn only_ascii_digits_and_optional_spaces_parse() {
+        struct Case {
+            value: &'static str,
+            /// The need set, or `None` for a parse error.
+            want: Option<&'static [u32]>,
+        }
+        let cases = [
+            Case { value: "5", want: Some(&[5]) },
+            Case { value: " 5", want: Some(&[5]) },
+            Case { value: "5 ", want: Some(&[5]) },
+            Case { value: "\t1-2 ,\t5", want: Some(&[1, 2, 5]) },
+            Case { value: "007", want: Some(&[7]) },
+            Case { value: "", want: Some(&[]) },
+            Case { value: " \t", want: Some(&[]) },
+            // Signs and other number syntax.
+            Case { value: "+5", want: None },
+            Case { value: "-5", want: None },
+            Case { value: "5-+6", want: None },
+            Case { value: "1_0", want: None },
+            Case { value: "0x5", want: None },
+            // Digits that are not ASCII: Arabic-Indic, fullwidth, superscript.
+            Case { value: "\u{663}", want: None },
+            Case { value: "\u{ff15}", want: None },
+            Case { value: "1-\u{ff19}", want: None },
+            Case { value: "\u{b2}", want: None },
+            // Spaces inside an item, and whitespace that is not OWS.
+            Case { value: "1 2", want: None },
+            Case { value: "1 -3", want: None },
+            Case { value: "1- 3", want: None },
+            Case { value: "\u{a0}5", want: None },
+            Case { value: "5\u{3000}", want: None },
+            Case { value: "1,\u{2003}2", want: None },
+            Case { value: "\u{2003}", want: None },
+            Case { value: "\n5", want: None },
+            Case { value: "5\r", want: None },
+            Case { value: "5\x0b", want: None },
+            // Empty items.
+            Case { value: ",5", want: None },
+            Case { value: "5,", want: None },
+            Case { value: " , ", want: None },
+        ];
+        for Case { value, want } in cases {
+            let got = parse_need(value, 10);
+            match want {
+                Some(members) => assert_eq!(got, Ok(set(10, members.iter().copied())), "{value:?}"),
+                None => assert!(matches!(got, Err(ProtoError::BadNeed { .. })), "{value:?} gave {got:?}"),
+            }
+        }
+    }
+
+    #[test]
     fn a_million_scattered_blocks_fit_in_16_kib() {
         let need = set(1 << 20, (0..1 << 20).step_by(3));
         let value = format_need(&need, MAX_NEED_LEN);
@@ -207,12 +274,23 @@ mod tests {
         assert!(need.iter().all(|b| got.contains(b)));
     }
 
+    #[test]
+    fn a_fragmented_need_fits_what_clients_send() {
+        // Every other block of 200,000 missing: about 600 KiB as an exact list.
+        let need = set(200_000, (0..200_000).step_by(2));
+        assert!(format_need(&need, usize::MAX).len() > MAX_NEED_LEN);
+        let value = format_need(&need, MAX_SENT_NEED_LEN);
+        assert!(value.len() <= MAX_SENT_NEED_LEN, "{} bytes", value.len());
+        let got = parse_need(&value, 200_000).unwrap();
+        assert!(need.iter().all(|b| got.contains(b)));
+    }
+
     proptest! {
         #[test]
         fn format_then_parse_covers_the_need(
             cap in 0u32..3000,
             members in proptest::collection::vec(0u32..3000, 0..300),
-            max_len in prop_oneof![1usize..200, Just(MAX_NEED_LEN)],
+            max_len in prop_oneof![1usize..200, Just(MAX_SENT_NEED_LEN), Just(MAX_NEED_LEN)],
         ) {
             let need = set(cap, members.into_iter().filter(|&m| m < cap));
             let exact = format_need(&need, usize::MAX);
