@@ -22,7 +22,7 @@ pub enum Event {
     /// A `Read` finished; the block's bytes are now held by the driver.
     Loaded { file: FileId, block: BlockIdx },
     /// A `Read` failed for good (the driver already retried what it could).
-    ReadFailed { file: FileId, block: BlockIdx, detail: String },
+    ReadFailed { file: FileId, block: BlockIdx, fault: ReadFault, detail: String },
     /// The client went away (disconnect, cancel). Its queued blocks unpin.
     Leave { client: ClientId },
     /// Time passed with nothing else to report.
@@ -44,6 +44,16 @@ pub enum Action {
     Fail { client: ClientId, reason: FailReason },
 }
 
+/// Why a read failed, as the clients waiting for it need to know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum ReadFault {
+    /// The file is no longer the version being served (rewritten, replaced,
+    /// or a block failed its hash): its clients start over on the new one.
+    Changed,
+    /// Storage could not produce the bytes (our side; a retry may help).
+    Storage,
+}
+
 /// Why a client was failed. Says who is at fault, so the driver can map it
 /// to a status and tell whether a retry can help.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
@@ -52,6 +62,10 @@ pub enum FailReason {
     /// a later retry may succeed).
     #[error("storage read of block {block} failed: {detail}")]
     StorageRead { block: BlockIdx, detail: String },
+    /// The file changed under the download (block `block` no longer belongs
+    /// to the version it started on); the client starts over on the new one.
+    #[error("the file changed while it was being served (at block {block}): {detail}")]
+    FileChanged { block: BlockIdx, detail: String },
     /// The client joined a file id already known with another length (the
     /// driver's bug: a changed file must get a new id).
     #[error("file {file} is {known} bytes, client asked for {asked}")]

@@ -34,6 +34,6 @@ mod status;
 
 pub use client::Role;
 pub use config::{ConfigError, Favor, HOLD_STALL_NANOS, IN_ORDER_HIT_QUEUE, PolicyKind, SchedConfig};
-pub use event::{Action, Event, FailReason, Nanos};
+pub use event::{Action, Event, FailReason, Nanos, ReadFault};
 pub use scheduler::{Counters, Scheduler};
 pub use status::{ClientStatus, FileStatus, Status};

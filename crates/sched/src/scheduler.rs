@@ -4,7 +4,7 @@ use crate::{
     cache::Cache,
     client::ClientState,
     config::{Favor, PolicyKind, SchedConfig},
-    event::{Action, Event, FailReason, Nanos},
+    event::{Action, Event, FailReason, Nanos, ReadFault},
     file::FileState,
     policy::{Circus, Pick, PickCtx, Policy, Sequential},
 };
@@ -105,7 +105,7 @@ impl Scheduler {
             Event::Join { client, file, len, have, in_order } => self.join(client, file, len, have, in_order),
             Event::Sent { client, block } => self.sent(client, block),
             Event::Loaded { file, block } => self.loaded(file, block),
-            Event::ReadFailed { file, block, detail } => self.read_failed(file, block, detail),
+            Event::ReadFailed { file, block, fault, detail } => self.read_failed(file, block, fault, detail),
             Event::Leave { client } => self.remove_client(client),
             Event::Tick => self.release_stalled_holders(),
         }
@@ -559,7 +559,7 @@ impl Scheduler {
         }
     }
 
-    fn read_failed(&mut self, file_id: FileId, b: BlockIdx, detail: String) {
+    fn read_failed(&mut self, file_id: FileId, b: BlockIdx, fault: ReadFault, detail: String) {
         let Some(file) = self.files.get_mut(&file_id) else { return };
         if !file.loading.remove(b) {
             return;
@@ -567,7 +567,10 @@ impl Scheduler {
         self.cache.used -= u64::from(file.layout.block_len(b));
         let waiters = file.waiters.remove(&b).unwrap_or_default();
         for id in waiters {
-            let reason = FailReason::StorageRead { block: b, detail: detail.clone() };
+            let reason = match fault {
+                ReadFault::Changed => FailReason::FileChanged { block: b, detail: detail.clone() },
+                ReadFault::Storage => FailReason::StorageRead { block: b, detail: detail.clone() },
+            };
             self.counters.failed += 1;
             self.out.push(Action::Fail { client: id, reason });
             self.remove_client(id);

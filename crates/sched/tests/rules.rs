@@ -5,7 +5,7 @@ mod common;
 
 use circus_core::{BlockSet, ClientId};
 use circus_sched::{
-    Action, Event, FailReason, Favor, HOLD_STALL_NANOS, IN_ORDER_HIT_QUEUE, PolicyKind, Role, SchedConfig,
+    Action, Event, FailReason, Favor, HOLD_STALL_NANOS, IN_ORDER_HIT_QUEUE, PolicyKind, ReadFault, Role, SchedConfig,
 };
 use common::{Driver, cfg};
 
@@ -179,6 +179,14 @@ fn c9_a_failed_read_fails_its_waiters_with_a_reason_and_spares_the_rest() {
     assert!(matches!(d.failed[&ClientId(1)], FailReason::StorageRead { .. }));
     d.drain();
     assert!(d.completed.contains(&ClientId(3)));
+}
+
+#[test]
+fn c9_a_read_that_finds_the_file_changed_fails_its_waiters_as_changed() {
+    let mut d = Driver::new(cfg(PolicyKind::Circus));
+    d.join(1, 1, 20 * B, None);
+    d.fail_read(0, ReadFault::Changed);
+    assert!(matches!(d.failed[&ClientId(1)], FailReason::FileChanged { .. }), "{:?}", d.failed);
 }
 
 #[test]

@@ -9,6 +9,7 @@ use crate::{
 use bytes::{Bytes, BytesMut};
 use circus_core::{BlockIdx, BlockLayout, BlockSet, ClientId};
 use circus_proto::{ErrorCode, encode_block_header, encode_end, encode_error};
+use circus_sched::FailReason;
 use http_body::{Body, Frame, SizeHint};
 use std::{
     collections::BTreeMap,
@@ -69,14 +70,14 @@ impl Download {
         };
         match next {
             Some(d) => {
-                if matches!(d, Delivery::Complete | Delivery::Failed(_)) {
+                if matches!(d, Delivery::Complete | Delivery::Failed(_) | Delivery::Stopped) {
                     self.finished = true;
                 }
                 Poll::Ready(d)
             }
             None => {
                 self.finished = true;
-                Poll::Ready(Delivery::Failed("server shutting down".into()))
+                Poll::Ready(Delivery::Stopped)
             }
         }
     }
@@ -147,9 +148,13 @@ impl Body for NativeBody {
             }
             Delivery::Complete => frame(encode_end),
             Delivery::Failed(reason) => {
-                let code = if reason.contains("shutting down") { ErrorCode::SHUTTING_DOWN } else { ErrorCode::STORAGE };
-                frame(|buf| encode_error(code, &reason, buf))
+                let code = match reason {
+                    FailReason::FileChanged { .. } => ErrorCode::FILE_CHANGED,
+                    _ => ErrorCode::STORAGE,
+                };
+                frame(|buf| encode_error(code, &reason.to_string(), buf))
             }
+            Delivery::Stopped => frame(|buf| encode_error(ErrorCode::SHUTTING_DOWN, "server shutting down", buf)),
         };
         Poll::Ready(Some(Ok(Frame::data(out))))
     }
@@ -276,6 +281,7 @@ impl Body for PlainBody {
                     match ready!(download.poll_delivery(cx)) {
                         Delivery::Complete => {}
                         Delivery::Failed(reason) => return Poll::Ready(Some(Err(reason.into()))),
+                        Delivery::Stopped => return Poll::Ready(Some(Err("server shutting down".into()))),
                         Delivery::Block(b, _) => {
                             return Poll::Ready(Some(Err(format!("block {b} delivered twice").into())));
                         }
@@ -288,6 +294,7 @@ impl Body for PlainBody {
                 Delivery::Block(b, data) => _ = cursor.early.insert(b, data),
                 Delivery::Complete => return Poll::Ready(Some(Err("download ended early".into()))),
                 Delivery::Failed(reason) => return Poll::Ready(Some(Err(reason.into()))),
+                Delivery::Stopped => return Poll::Ready(Some(Err("server shutting down".into()))),
             }
         }
     }

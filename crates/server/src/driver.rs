@@ -11,7 +11,10 @@ use crate::{
 };
 use bytes::Bytes;
 use circus_core::{BlockIdx, BlockSet, ClientId, FileId};
-use circus_sched::{Action, Counters, Event, Favor, HOLD_STALL_NANOS, SchedConfig, Scheduler, Status};
+use circus_sched::{
+    Action, Counters, Event, FailReason, Favor, HOLD_STALL_NANOS, ReadFault, SchedConfig, Scheduler, Status,
+};
+use circus_store::StoreError;
 use rustc_hash::FxHashMap;
 use std::{
     ops::Range,
@@ -27,8 +30,38 @@ pub enum Delivery {
     Block(BlockIdx, Bytes),
     /// Every block was handed over.
     Complete,
-    /// The download cannot continue; the reason says why.
-    Failed(String),
+    /// The download cannot continue; the reason says why and whose fault.
+    Failed(FailReason),
+    /// The driver stopped (the server is shutting down).
+    Stopped,
+}
+
+/// Why a block could not be read for a version.
+#[derive(Debug, thiserror::Error)]
+enum ReadError {
+    /// The bytes no longer belong to the version (its clients start over).
+    #[error("{0}")]
+    Changed(String),
+    #[error("{0}")]
+    Storage(String),
+}
+
+impl ReadError {
+    fn fault(&self) -> ReadFault {
+        match self {
+            ReadError::Changed(_) => ReadFault::Changed,
+            ReadError::Storage(_) => ReadFault::Storage,
+        }
+    }
+}
+
+impl From<StoreError> for ReadError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Changed { .. } => ReadError::Changed(e.to_string()),
+            e => ReadError::Storage(e.to_string()),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -36,7 +69,7 @@ enum Cmd {
     Join { id: ClientId, file: Arc<FileEntry>, have: BlockSet, in_order: bool, tx: mpsc::Sender<Delivery> },
     Sent { id: ClientId, blocks: Range<BlockIdx> },
     Leave { id: ClientId },
-    Loaded { file: Arc<FileEntry>, block: BlockIdx, result: Result<Bytes, String> },
+    Loaded { file: Arc<FileEntry>, block: BlockIdx, result: Result<Bytes, ReadError> },
     Status { reply: oneshot::Sender<(Status, Counters)> },
 }
 
@@ -211,10 +244,15 @@ impl Driver {
                 self.retain_file(&file);
                 Event::Loaded { file: file.id, block }
             }
-            Cmd::Loaded { file, block, result: Err(detail) } => {
-                self.metrics.storage_errors.inc();
-                tracing::error!(file = %file.rel, block, %detail, "storage read failed");
-                Event::ReadFailed { file: file.id, block, detail }
+            Cmd::Loaded { file, block, result: Err(e) } => {
+                let fault = e.fault();
+                if fault == ReadFault::Changed {
+                    tracing::info!(file = %file.rel, block, error = %e, "file changed under its downloads");
+                } else {
+                    self.metrics.storage_errors.inc();
+                    tracing::error!(file = %file.rel, block, error = %e, "storage read failed");
+                }
+                Event::ReadFailed { file: file.id, block, fault, detail: e.to_string() }
             }
             Cmd::Status { reply } => {
                 let _ = reply.send((self.sched.status(), self.sched.counters()));
@@ -268,7 +306,7 @@ impl Driver {
             Action::Fail { client, reason } => {
                 if let Some(c) = self.forget_client(client) {
                     tracing::warn!(client = %client, %reason, "download failed");
-                    let _ = c.tx.try_send(Delivery::Failed(reason.to_string()));
+                    let _ = c.tx.try_send(Delivery::Failed(reason));
                 }
             }
         }
@@ -292,13 +330,14 @@ impl Driver {
                         Ok(slot.and_then(|s| s.fill(&bytes)).unwrap_or(bytes))
                     })
                     .await
-                    .unwrap_or_else(|e| Err(format!("read task: {e}")))
+                    .unwrap_or_else(|e| Err(ReadError::Storage(format!("read task: {e}"))))
                 }
                 // Copied out of the tier's buffer (which may be a larger
                 // origin block), so the budget counts what is held.
                 Backing::Origin(blocks) => {
                     let (offset, len) = (entry.layout.offset(block), entry.layout.block_len(block));
-                    blocks.read(offset, len).await.and_then(|bytes| checked(&entry, block, bytes)).map(|bytes| {
+                    let read = blocks.read(offset, len).await.map_err(ReadError::Storage);
+                    read.and_then(|bytes| checked(&entry, block, bytes)).map(|bytes| {
                         slot.and_then(|s| s.fill(&bytes)).unwrap_or_else(|| Bytes::copy_from_slice(&bytes))
                     })
                 }
@@ -327,23 +366,24 @@ impl Driver {
     }
 }
 
-/// Reads a block and, when the file's hash index is known, checks it: a
-/// file rewritten in place or a bad sector fails the read instead of
-/// sending wrong bytes under a valid manifest.
-fn read_verified(entry: &FileEntry, block: BlockIdx) -> Result<Bytes, String> {
-    let reader = entry.reader().map_err(|e| format!("open {}: {e}", entry.rel))?;
-    let bytes = reader
-        .read_block(entry.layout.offset(block), entry.layout.block_len(block))
-        .map_err(|e| format!("{} block {block}: {e}", entry.rel))?;
+/// Reads a block of the entry's version (the reader checks the file is
+/// still that version after the read, so a rewrite in place fails the read
+/// even before the index exists) and, when the hash index is known, checks
+/// it against its leaf.
+fn read_verified(entry: &FileEntry, block: BlockIdx) -> Result<Bytes, ReadError> {
+    let bytes = entry.reader()?.read_block(entry.layout.offset(block), entry.layout.block_len(block))?;
     checked(entry, block, bytes)
 }
 
 /// `bytes` if they are block `block` of the version the index describes
-/// (or no index is known yet).
-fn checked(entry: &FileEntry, block: BlockIdx, bytes: Bytes) -> Result<Bytes, String> {
+/// (or no index is known yet). A mismatch means the file changed in a way
+/// its version did not show (or the index is bad): the entry is marked so
+/// the next request rebuilds it, and the clients start over.
+fn checked(entry: &FileEntry, block: BlockIdx, bytes: Bytes) -> Result<Bytes, ReadError> {
     match entry.index_now() {
         Some(index) if !index.verify(block, &bytes) => {
-            Err(format!("{} block {block} does not match its hash: file changed or damaged", entry.rel))
+            entry.mark_stale();
+            Err(ReadError::Changed(format!("{} block {block} does not match its hash", entry.rel)))
         }
         _ => Ok(bytes),
     }

@@ -1,5 +1,5 @@
 //! From a request path to a file version: safe resolution under the root,
-//! one `FileId` per (path, size, mtime), and the lazily built hash index.
+//! one `FileId` per (path, [`FileVersion`]), and the lazily built hash index.
 //! A [`FileEntry`] is what the scheduler's driver reads blocks of: a local
 //! file, or an origin object version whose tree the tier has learnt.
 
@@ -10,11 +10,14 @@ use crate::{
 use bytes::{Bytes, BytesMut};
 use circus_core::{BlockLayout, FileId};
 use circus_proto::{Manifest, encode_preamble};
-use circus_store::{BlockReader, FileIndex, INDEX_DIR};
+use circus_store::{BlockReader, FileIndex, FileVersion, INDEX_DIR, StoreError};
 use std::{
     collections::HashMap,
     path::{Path, PathBuf},
-    sync::{Arc, Mutex, OnceLock, atomic::AtomicU64, atomic::Ordering},
+    sync::{
+        Arc, Mutex, OnceLock,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
     time::SystemTime,
 };
 use tokio::sync::OnceCell;
@@ -41,8 +44,16 @@ pub struct FileEntry {
 /// Where a version's blocks are read from.
 #[derive(Debug)]
 pub enum Backing {
-    /// A file under the served root.
-    Disk { path: PathBuf, reader: OnceLock<Arc<BlockReader>> },
+    /// A file under the served root; every read is checked to still be
+    /// `version`.
+    Disk {
+        path: PathBuf,
+        version: FileVersion,
+        reader: OnceLock<Arc<BlockReader>>,
+        /// A block failed its hash while the version looked unchanged: the
+        /// next lookup makes a new entry and rebuilds the index.
+        stale: AtomicBool,
+    },
     /// An origin object version, through the tier's store and fetches.
     Origin(OriginBlocks),
 }
@@ -69,15 +80,28 @@ impl FileEntry {
     }
 
     /// The block reader of a local file, opened on first use. Blocking.
-    pub fn reader(&self) -> std::io::Result<Arc<BlockReader>> {
-        let Backing::Disk { path, reader } = &self.backing else {
-            return Err(std::io::Error::other(format!("{} is an origin object, not a local file", self.rel)));
+    pub fn reader(&self) -> Result<Arc<BlockReader>, StoreError> {
+        let Backing::Disk { path, reader, version, .. } = &self.backing else {
+            let not_local = std::io::Error::other("an origin object, not a local file");
+            return Err(StoreError::Read { path: self.rel.clone().into(), source: not_local });
         };
         if let Some(r) = reader.get() {
             return Ok(r.clone());
         }
-        let r = Arc::new(BlockReader::open(path)?);
+        let r = Arc::new(BlockReader::open(path, *version)?);
         Ok(reader.get_or_init(|| r).clone())
+    }
+
+    /// Marks a local file version as not to be trusted again: a block
+    /// failed its hash though the file's version looked the same.
+    pub fn mark_stale(&self) {
+        if let Backing::Disk { stale, .. } = &self.backing {
+            stale.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn is_stale(&self) -> bool {
+        matches!(&self.backing, Backing::Disk { stale, .. } if stale.load(Ordering::Relaxed))
     }
 
     /// The native stream's preamble and manifest, encoded once.
@@ -98,19 +122,24 @@ impl FileEntry {
     }
 
     /// The hash index, built on first use on a blocking thread; concurrent
-    /// callers wait for the one build.
+    /// callers wait for the one build. A file that is no longer this
+    /// version is [`HttpError::Changed`].
     pub async fn index(&self, root: &Path) -> Result<Arc<FileIndex>, HttpError> {
         self.index
             .get_or_try_init(|| async {
-                let (root, rel, block) = (root.to_owned(), self.rel.clone(), self.layout.block_size());
-                let built = tokio::task::spawn_blocking(move || FileIndex::load_or_build(&root, &rel, block))
+                let Backing::Disk { version, .. } = &self.backing else {
+                    return Err(HttpError::Internal(format!("{}: an origin object comes with its index", self.rel)));
+                };
+                let (root, rel, block, version) =
+                    (root.to_owned(), self.rel.clone(), self.layout.block_size(), *version);
+                let built = tokio::task::spawn_blocking(move || FileIndex::load_or_build(&root, &rel, version, block))
                     .await
                     .map_err(|e| HttpError::Internal(format!("index task: {e}")))?;
-                let index = built.map_err(|e| HttpError::Storage(e.to_string()))?;
-                if (index.size, index.block_size) != (self.size, self.layout.block_size()) {
-                    return Err(HttpError::Changed);
+                match built {
+                    Ok(index) => Ok(Arc::new(index)),
+                    Err(StoreError::Changed { .. }) => Err(HttpError::Changed),
+                    Err(e) => Err(HttpError::Storage(e.to_string())),
                 }
-                Ok(Arc::new(index))
             })
             .await
             .cloned()
@@ -151,24 +180,24 @@ impl FileTable {
         if !real.starts_with(&self.root) {
             return Err(HttpError::Forbidden("path leaves the served directory"));
         }
-        let meta = std::fs::metadata(&real).map_err(|_| HttpError::NotFound)?;
-        if !meta.is_file() {
-            return Err(HttpError::NotFound);
-        }
-        let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+        let version = settled_version(&real)?;
         let mut versions = self.versions.lock().expect("file table lock");
-        if let Some(e) = versions.get(&rel).filter(|e| e.size == meta.len() && e.modified == modified) {
-            return Ok(e.clone());
+        match versions.get(&rel) {
+            Some(e) if e.is_stale() => FileIndex::discard(&self.root, &rel),
+            Some(e) if matches!(&e.backing, Backing::Disk { version: v, .. } if *v == version) => {
+                return Ok(e.clone());
+            }
+            _ => {}
         }
         let entry = Arc::new(FileEntry {
             id: FileId(self.next_id.fetch_add(1, Ordering::Relaxed)),
-            etag: etag(meta.len(), modified),
+            etag: etag(&version),
             content_type: mime_guess::from_path(&rel).first_or_octet_stream().essence_str().to_owned(),
-            layout: BlockLayout::new(meta.len(), self.block_size),
+            layout: BlockLayout::new(version.size, self.block_size),
             rel: rel.clone(),
-            backing: Backing::Disk { path: real, reader: OnceLock::new() },
-            size: meta.len(),
-            modified,
+            backing: Backing::Disk { path: real, version, reader: OnceLock::new(), stale: AtomicBool::new(false) },
+            size: version.size,
+            modified: version.modified(),
             index: OnceCell::new(),
             preface: OnceLock::new(),
         });
@@ -193,11 +222,40 @@ impl FileTable {
 /// unbounded table ran a server with 10,000 small files out of descriptors.
 const IDLE_ENTRIES: usize = 1024;
 
-/// A strong validator from size and modification time (as nginx does): any
-/// rewrite of the file changes it.
-fn etag(size: u64, modified: SystemTime) -> String {
-    let t = modified.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-    format!("\"{:x}.{:x}-{:x}\"", t.as_secs(), t.subsec_nanos(), size)
+/// The file's version once it has settled (see [`FileVersion`]: a version
+/// changed within the last timestamp tick cannot be told from the next
+/// write). A file still being written after a few waits is
+/// [`HttpError::Changed`], which the client retries. Blocking.
+fn settled_version(path: &Path) -> Result<FileVersion, HttpError> {
+    for _ in 0..SETTLE_TRIES {
+        let meta = std::fs::metadata(path).map_err(|_| HttpError::NotFound)?;
+        if !meta.is_file() {
+            return Err(HttpError::NotFound);
+        }
+        let version = FileVersion::of(&meta);
+        match version.unsettled_for(SystemTime::now()) {
+            wait if wait.is_zero() => return Ok(version),
+            wait => std::thread::sleep(wait),
+        }
+    }
+    Err(HttpError::Changed)
+}
+
+/// Waits of [`circus_store::SETTLE`] before a file that keeps changing is
+/// answered "changed, retry".
+const SETTLE_TRIES: usize = 5;
+
+/// A strong validator: size and modification time (as nginx does), and a
+/// tag of the inode and change time, so that a file replaced under the
+/// same size and mtime (`cp -p`, `rsync -t`) gets a new one too.
+fn etag(v: &FileVersion) -> String {
+    let mut tag = [0u8; 32];
+    tag[..8].copy_from_slice(&v.dev.to_le_bytes());
+    tag[8..16].copy_from_slice(&v.ino.to_le_bytes());
+    tag[16..24].copy_from_slice(&v.ctime.secs.to_le_bytes());
+    tag[24..28].copy_from_slice(&v.ctime.nanos.to_le_bytes());
+    let tag = blake3::hash(&tag);
+    format!("\"{:x}.{:x}-{:x}-{}\"", v.mtime.secs, v.mtime.nanos, v.size, &tag.to_hex()[..8])
 }
 
 /// Decodes and checks a URL path: no `..`, no NUL, no hidden index.

@@ -83,12 +83,9 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>) -> Result<Response<Re
         Precondition::Failed => status_only(StatusCode::PRECONDITION_FAILED),
         Precondition::Proceed if wants_native(h) => native(state, &file, h, head).await?,
         Precondition::Proceed => {
-            // Plain clients do not need the hash index, but their responses
-            // carry Repr-Digest once it exists: build it in the background.
-            if file.index_now().is_none() {
-                let (state, file) = (state.clone(), file.clone());
-                tokio::spawn(async move { file.index(state.files.root()).await.ok() });
-            }
+            // Plain clients neither wait for nor start an index build (a
+            // HEAD must not read the whole file); their responses carry
+            // Repr-Digest once a native request or `circus index` built it.
             let res = plain(state, &file, h, head);
             if !head && res.status() == StatusCode::OK && state.small.wants(&file) {
                 let read = state.metrics.storage_read_bytes.clone();

@@ -84,7 +84,8 @@ pub fn if_range_allows(if_range: Option<&str>, v: &Validators<'_>) -> bool {
 pub enum Ranges {
     /// No usable Range header: send the whole representation (200).
     Whole,
-    /// Send these inclusive byte ranges (206), in the order asked.
+    /// Send these inclusive byte ranges (206): disjoint and not adjacent,
+    /// in the order asked (ascending once any had to be merged).
     Parts(Vec<(u64, u64)>),
     /// None of the ranges overlaps the representation (416).
     Unsatisfiable,
@@ -96,7 +97,37 @@ pub const MAX_RANGES: usize = 64;
 
 /// Resolves a `Range` header. Syntax we do not understand is ignored, as
 /// §14.2 requires; a suffix longer than the file selects the whole file.
+/// Overlapping and adjacent ranges are merged (§14.6 allows it), and ranges
+/// that add up to more than the file get the whole file instead (as nginx
+/// does): no request can make a response larger than the file plus
+/// multipart overhead, nor read a byte of storage twice.
 pub fn resolve_ranges(header: Option<&str>, size: u64) -> Ranges {
+    match parse_ranges(header, size) {
+        Ranges::Parts(parts) => coalesce(parts, size),
+        other => other,
+    }
+}
+
+fn coalesce(mut parts: Vec<(u64, u64)>, size: u64) -> Ranges {
+    let total = parts.iter().map(|&(s, e)| e - s + 1).fold(0u64, u64::saturating_add);
+    if total > size {
+        return Ranges::Whole;
+    }
+    let mut sorted = parts.clone();
+    sorted.sort_unstable();
+    if sorted.windows(2).any(|w| w[1].0 <= w[0].1.saturating_add(1)) {
+        parts.clear();
+        for (s, e) in sorted {
+            match parts.last_mut() {
+                Some(last) if s <= last.1.saturating_add(1) => last.1 = last.1.max(e),
+                _ => parts.push((s, e)),
+            }
+        }
+    }
+    Ranges::Parts(parts)
+}
+
+fn parse_ranges(header: Option<&str>, size: u64) -> Ranges {
     let Some(spec) = header.and_then(|h| h.trim().strip_prefix("bytes=")) else { return Ranges::Whole };
     let mut parts = Vec::new();
     let mut any = false;
@@ -227,7 +258,7 @@ mod tests {
     #[test]
     fn ranges_table() {
         use Ranges::*;
-        let cases: [(Option<&str>, u64, Ranges); 14] = [
+        let cases: [(Option<&str>, u64, Ranges); 19] = [
             (None, 100, Whole),
             (Some("bytes=0-9"), 100, Parts(vec![(0, 9)])),
             (Some("bytes=90-"), 100, Parts(vec![(90, 99)])),
@@ -242,11 +273,20 @@ mod tests {
             (Some("items=0-1"), 100, Whole),
             (Some("bytes=a-b"), 100, Whole),
             (Some("bytes=200-300, 0-1"), 100, Parts(vec![(0, 1)])),
+            // Merged when they overlap or touch; ascending once merged.
+            (Some("bytes=50-59,0-9,5-19"), 100, Parts(vec![(0, 19), (50, 59)])),
+            (Some("bytes=10-19,20-29"), 100, Parts(vec![(10, 29)])),
+            (Some("bytes=50-59,0-9"), 100, Parts(vec![(50, 59), (0, 9)])),
+            // More than the file in all: the whole file, once.
+            (Some("bytes=0-,0-"), 100, Whole),
+            (Some("bytes=0-60,40-99"), 100, Whole),
         ];
         for (h, size, want) in cases {
             assert_eq!(resolve_ranges(h, size), want, "{h:?} of {size}");
         }
-        let many = format!("bytes={}", (0..65).map(|i| format!("{i}-{i}")).collect::<Vec<_>>().join(","));
-        assert_eq!(resolve_ranges(Some(&many), 100), Unsatisfiable);
+        let many = format!("bytes={}", (0..65).map(|i| format!("{}-{}", 2 * i, 2 * i)).collect::<Vec<_>>().join(","));
+        assert_eq!(resolve_ranges(Some(&many), 200), Unsatisfiable);
+        let whole_64_times = format!("bytes={}", vec!["0-"; 64].join(","));
+        assert_eq!(resolve_ranges(Some(&whole_64_times), 256 << 20), Whole);
     }
 }

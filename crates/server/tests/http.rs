@@ -142,17 +142,21 @@ async fn bad_requests_get_clear_errors() {
 }
 
 #[tokio::test]
-async fn the_hidden_index_is_never_served_and_digest_appears_once_known() {
+async fn head_and_plain_get_never_build_the_index_and_the_digest_appears_once_known() {
     let f = start(8 << 20).await;
-    // The first response comes before the hash index exists and starts
-    // building it; later plain responses carry the digest without any
-    // native request.
-    assert!(f.get("HEAD", "/f.bin", &[]).await.header("repr-digest").is_empty());
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while f.get("HEAD", "/f.bin", &[]).await.header("repr-digest").is_empty() {
-        assert!(std::time::Instant::now() < deadline, "digest never appeared for plain clients");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    // HEADs and plain GETs of a new file neither wait for nor start an index
+    // build (which reads and hashes the whole file).
+    for _ in 0..20 {
+        assert!(f.get("HEAD", "/f.bin", &[]).await.header("repr-digest").is_empty());
     }
+    let plain = f.get("GET", "/f.bin", &[]).await;
+    assert_eq!((plain.status, plain.header("repr-digest")), (StatusCode::OK, ""));
+    assert!(plain.body == f.data);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let index_dir = f._dir.path().join(".circus/index");
+    let stored = std::fs::read_dir(&index_dir).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(stored, 0, "a plain request built an index in {}", index_dir.display());
+    // A native request builds it; plain responses carry the digest from then on.
     let native = f.get("GET", "/f.bin", &[("accept", circus_proto::CONTENT_TYPE)]).await;
     assert_eq!(native.header(header::CONTENT_TYPE), circus_proto::CONTENT_TYPE);
     assert_eq!(&native.body[..4], b"CRC1");
@@ -189,4 +193,26 @@ async fn plain_downloads_share_one_read_per_block_with_a_small_cache() {
     assert!(json["scheduler"]["used_bytes"].as_u64().unwrap() <= 4 * 65536);
     let metrics = String::from_utf8(f.get("GET", "/metrics", &[]).await.body.to_vec()).unwrap();
     assert!(metrics.contains("circus_storage_read_bytes_total"), "{metrics}");
+}
+
+#[tokio::test]
+async fn overlapping_ranges_never_make_a_response_larger_than_the_file_nor_read_it_twice() {
+    let f = start(8 << 20).await;
+    let whole_64_times = format!("bytes={}", vec!["0-"; 64].join(","));
+    for range in [whole_64_times.as_str(), "bytes=0-,1-,2-,3-", "bytes=0-600000,400000-"] {
+        let r = f.get("GET", "/f.bin", &[("range", range)]).await;
+        assert_eq!(r.status, StatusCode::OK, "{range}");
+        assert!(r.body == f.data, "{range}: {} bytes", r.body.len());
+    }
+    let merged = f.get("GET", "/f.bin", &[("range", "bytes=0-99,50-149,150-199")]).await;
+    assert_eq!(merged.status, StatusCode::PARTIAL_CONTENT);
+    assert_eq!(merged.header(header::CONTENT_RANGE), "bytes 0-199/1000000");
+    assert!(merged.body[..] == f.data[..200]);
+    let metrics = String::from_utf8(f.get("GET", "/metrics", &[]).await.body.to_vec()).unwrap();
+    let read: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("circus_storage_read_bytes_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no read counter in {metrics}"));
+    assert!(read <= f.data.len() as u64, "{read} bytes read from storage for a file of {}", f.data.len());
 }

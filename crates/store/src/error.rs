@@ -6,7 +6,7 @@ pub enum StoreError {
     Read { path: PathBuf, source: std::io::Error },
     #[error("cannot write index {path}: {source}")]
     WriteIndex { path: PathBuf, source: std::io::Error },
-    #[error("{path} changed while it was being indexed; try again")]
+    #[error("{path} changed while it was being read; try again")]
     Changed { path: PathBuf },
     #[error("{path} is not a regular file")]
     NotAFile { path: PathBuf },

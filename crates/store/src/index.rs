@@ -1,53 +1,40 @@
 //! A file version's hash index, kept beside the data under
 //! `ROOT/.circus/index/` (a directory the server never serves).
 //!
-//! Layout (little endian): magic `CIDX0001`, size u64, mtime seconds i64,
-//! mtime nanoseconds u32, block size u32, block count u32, SHA-256 [32],
-//! tree root [32], then one 32-byte leaf hash per block. An index whose size,
-//! mtime or block size does not match the file, or whose leaves do not hash
-//! to its root, is ignored and rebuilt: a stale or damaged index can cost a
-//! rebuild, never a wrong answer.
+//! Layout (little endian): magic `CIDX0002`, size u64, mtime seconds i64,
+//! mtime nanoseconds u32, ctime seconds i64, ctime nanoseconds u32, device
+//! u64, inode u64, block size u32, block count u32, SHA-256 [32], tree root
+//! [32], then one 32-byte leaf hash per block. An index whose version
+//! ([`FileVersion`]: device, inode, size, mtime and ctime) or block size does
+//! not match the file, or whose leaves do not hash to its root, is ignored
+//! and rebuilt: a stale or damaged index can cost a rebuild, never a wrong
+//! answer.
 
-use crate::StoreError;
+use crate::{FileVersion, StoreError, version::Stamp};
 use circus_core::BlockLayout;
 use sha2::{Digest, Sha256};
 use std::{
     fs::{self, File},
     io::{self, Read, Write},
     path::{Path, PathBuf},
-    time::UNIX_EPOCH,
 };
 
 /// The hidden directory under the served root; requests for it are refused.
 pub const INDEX_DIR: &str = ".circus";
-const MAGIC: &[u8; 8] = b"CIDX0001";
-const HEADER: usize = 8 + 8 + 8 + 4 + 4 + 4 + 32 + 32;
+const MAGIC: &[u8; 8] = b"CIDX0002";
+const HEADER: usize = 8 + 8 + 12 + 12 + 8 + 8 + 4 + 4 + 32 + 32;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileIndex {
     pub size: u64,
-    pub mtime_secs: i64,
-    pub mtime_nanos: u32,
+    /// The local file version the index was built from; `None` for an
+    /// origin object's tree, learnt from its blocks.
+    pub version: Option<FileVersion>,
     pub block_size: u32,
     /// SHA-256 of the whole file (the `Repr-Digest` value).
     pub sha256: [u8; 32],
     pub root: [u8; 32],
     pub leaves: Vec<[u8; 32]>,
-}
-
-/// Size and modification time: what identifies a file version.
-fn version_of(path: &Path) -> Result<(u64, i64, u32), StoreError> {
-    let read_err = |source| StoreError::Read { path: path.to_owned(), source };
-    let meta = fs::metadata(path).map_err(read_err)?;
-    if !meta.is_file() {
-        return Err(StoreError::NotAFile { path: path.to_owned() });
-    }
-    let mtime = meta.modified().map_err(read_err)?;
-    let (secs, nanos) = match mtime.duration_since(UNIX_EPOCH) {
-        Ok(d) => (d.as_secs() as i64, d.subsec_nanos()),
-        Err(e) => (-(e.duration().as_secs() as i64), 0),
-    };
-    Ok((meta.len(), secs, nanos))
 }
 
 impl FileIndex {
@@ -66,17 +53,20 @@ impl FileIndex {
         root.join(INDEX_DIR).join("index").join(format!("{}.idx", &name[..32]))
     }
 
-    /// The stored index of `root/rel` if it matches the file as it is now,
-    /// else a fresh one (built by reading the whole file, then stored).
-    /// Blocking.
-    pub fn load_or_build(root: &Path, rel: &str, block_size: u32) -> Result<FileIndex, StoreError> {
-        let file = root.join(rel);
-        let version = version_of(&file)?;
+    /// The stored index of `root/rel` if it describes `version`, else a
+    /// fresh one (built by reading the whole file, then stored). A file
+    /// that is no longer `version` is [`StoreError::Changed`]. Blocking.
+    pub fn load_or_build(
+        root: &Path,
+        rel: &str,
+        version: FileVersion,
+        block_size: u32,
+    ) -> Result<FileIndex, StoreError> {
         let stored = Self::path_for(root, rel);
         if let Some(index) = Self::load(&stored).filter(|i| i.matches(version, block_size)) {
             return Ok(index);
         }
-        let index = Self::build(&file, block_size)?;
+        let index = Self::build(&root.join(rel), version, block_size)?;
         if let Err(e) = index.store(&stored) {
             // Serving still works without a stored index; it is rebuilt next time.
             tracing::warn!(error = %e, "could not store hash index");
@@ -84,35 +74,45 @@ impl FileIndex {
         Ok(index)
     }
 
-    fn matches(&self, (size, secs, nanos): (u64, i64, u32), block_size: u32) -> bool {
-        (self.size, self.mtime_secs, self.mtime_nanos, self.block_size) == (size, secs, nanos, block_size)
+    /// Forgets the stored index of `root/rel` (a block failed its hash: the
+    /// file changed in a way its version did not show, or the index is bad).
+    pub fn discard(root: &Path, rel: &str) {
+        let _ = fs::remove_file(Self::path_for(root, rel));
     }
 
-    /// Reads the whole file once: leaf hashes and the SHA-256 together.
-    pub fn build(path: &Path, block_size: u32) -> Result<FileIndex, StoreError> {
+    fn matches(&self, version: FileVersion, block_size: u32) -> bool {
+        self.version == Some(version) && self.block_size == block_size
+    }
+
+    /// Reads the whole file once: leaf hashes and the SHA-256 together. The
+    /// file must be `version` before and after, else [`StoreError::Changed`].
+    pub fn build(path: &Path, version: FileVersion, block_size: u32) -> Result<FileIndex, StoreError> {
         let read_err = |source| StoreError::Read { path: path.to_owned(), source };
-        let before = version_of(path)?;
-        let layout = BlockLayout::new(before.0, block_size);
+        let changed = || StoreError::Changed { path: path.to_owned() };
         let mut f = File::open(path).map_err(read_err)?;
+        let same = |f: &File| f.metadata().map(|m| FileVersion::of(&m) == version).map_err(read_err);
+        if !same(&f)? {
+            return Err(changed());
+        }
+        let layout = BlockLayout::new(version.size, block_size);
         let mut sha = Sha256::new();
         let mut leaves = Vec::with_capacity(layout.blocks() as usize);
         let mut buf = vec![0u8; block_size as usize];
         for b in 0..layout.blocks() {
             let block = &mut buf[..layout.block_len(b) as usize];
             f.read_exact(block).map_err(|e| match e.kind() {
-                io::ErrorKind::UnexpectedEof => StoreError::Changed { path: path.to_owned() },
+                io::ErrorKind::UnexpectedEof => changed(),
                 _ => read_err(e),
             })?;
             sha.update(&*block);
             leaves.push(circus_proto::HashTree::leaf_hash(block));
         }
-        if version_of(path)? != before {
-            return Err(StoreError::Changed { path: path.to_owned() });
+        if !same(&f)? {
+            return Err(changed());
         }
         Ok(FileIndex {
-            size: before.0,
-            mtime_secs: before.1,
-            mtime_nanos: before.2,
+            size: version.size,
+            version: Some(version),
             block_size,
             sha256: sha.finalize().into(),
             root: circus_proto::compute_root(&leaves),
@@ -128,7 +128,10 @@ impl FileIndex {
         let u64_at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
         let u32_at = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().expect("4 bytes"));
         let arr_at = |i: usize| -> [u8; 32] { bytes[i..i + 32].try_into().expect("32 bytes") };
-        let (size, secs, nanos, block_size, count) = (u64_at(8), u64_at(16) as i64, u32_at(24), u32_at(28), u32_at(32));
+        let stamp_at = |i: usize| Stamp { secs: u64_at(i) as i64, nanos: u32_at(i + 8) };
+        let size = u64_at(8);
+        let version = FileVersion { size, mtime: stamp_at(16), ctime: stamp_at(28), dev: u64_at(40), ino: u64_at(48) };
+        let (block_size, count) = (u32_at(56), u32_at(60));
         if block_size == 0 || u64::from(count) != size.div_ceil(u64::from(block_size)) {
             return None;
         }
@@ -136,28 +139,33 @@ impl FileIndex {
             return None;
         }
         let leaves: Vec<[u8; 32]> = (0..count as usize).map(|i| arr_at(HEADER + 32 * i)).collect();
-        let root = arr_at(68);
+        let root = arr_at(96);
         (circus_proto::compute_root(&leaves) == root).then(|| FileIndex {
             size,
-            mtime_secs: secs,
-            mtime_nanos: nanos,
+            version: Some(version),
             block_size,
-            sha256: arr_at(36),
+            sha256: arr_at(64),
             root,
             leaves,
         })
     }
 
-    /// Writes the index atomically (temporary file, then rename).
+    /// Writes the index atomically (temporary file, then rename). Only
+    /// indexes of local file versions are stored.
     fn store(&self, path: &Path) -> Result<(), StoreError> {
         let err = |source| StoreError::WriteIndex { path: path.to_owned(), source };
+        let Some(v) = self.version else { return Ok(()) };
         let dir = path.parent().expect("index path has a directory");
         fs::create_dir_all(dir).map_err(err)?;
         let mut out = Vec::with_capacity(HEADER + 32 * self.leaves.len());
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&self.size.to_le_bytes());
-        out.extend_from_slice(&self.mtime_secs.to_le_bytes());
-        out.extend_from_slice(&self.mtime_nanos.to_le_bytes());
+        for stamp in [v.mtime, v.ctime] {
+            out.extend_from_slice(&stamp.secs.to_le_bytes());
+            out.extend_from_slice(&stamp.nanos.to_le_bytes());
+        }
+        out.extend_from_slice(&v.dev.to_le_bytes());
+        out.extend_from_slice(&v.ino.to_le_bytes());
         out.extend_from_slice(&self.block_size.to_le_bytes());
         out.extend_from_slice(&(self.leaves.len() as u32).to_le_bytes());
         out.extend_from_slice(&self.sha256);
@@ -184,12 +192,17 @@ mod tests {
         fs::write(root.join(rel), data).unwrap();
     }
 
+    fn index(root: &Path, rel: &str, block_size: u32) -> Result<FileIndex, StoreError> {
+        let version = FileVersion::of(&fs::metadata(root.join(rel)).unwrap());
+        FileIndex::load_or_build(root, rel, version, block_size)
+    }
+
     #[test]
     fn builds_stores_reloads_and_rebuilds_on_change() {
         let dir = tempfile::tempdir().unwrap();
         let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
         write(dir.path(), "a/b.bin", &data);
-        let first = FileIndex::load_or_build(dir.path(), "a/b.bin", 4096).unwrap();
+        let first = index(dir.path(), "a/b.bin", 4096).unwrap();
         assert_eq!(first.leaves.len(), 3);
         assert_eq!(first.sha256, <[u8; 32]>::from(Sha256::digest(&data)));
         assert!(first.verify(2, &data[8192..]));
@@ -197,33 +210,57 @@ mod tests {
         let stored = FileIndex::path_for(dir.path(), "a/b.bin");
         assert_eq!(FileIndex::load(&stored), Some(first.clone()));
         // Another block size does not reuse the stored index.
-        assert_eq!(FileIndex::load_or_build(dir.path(), "a/b.bin", 8192).unwrap().leaves.len(), 2);
+        assert_eq!(index(dir.path(), "a/b.bin", 8192).unwrap().leaves.len(), 2);
         // A changed file (new size) gets a new index.
         write(dir.path(), "a/b.bin", &data[..5000]);
-        let changed = FileIndex::load_or_build(dir.path(), "a/b.bin", 4096).unwrap();
+        let changed = index(dir.path(), "a/b.bin", 4096).unwrap();
         assert_eq!(changed.size, 5000);
         assert_ne!(changed.root, first.root);
+    }
+
+    #[test]
+    fn a_file_replaced_with_the_same_size_and_mtime_gets_a_new_index() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "f", &[1u8; 5000]);
+        let old = index(dir.path(), "f", 4096).unwrap();
+        let mtime = fs::metadata(dir.path().join("f")).unwrap().modified().unwrap();
+        // `cp -p` / `rsync --inplace -t`: new bytes, the old size and mtime.
+        write(dir.path(), "f", &[2u8; 5000]);
+        fs::File::options().write(true).open(dir.path().join("f")).unwrap().set_modified(mtime).unwrap();
+        let new = index(dir.path(), "f", 4096).unwrap();
+        assert_ne!(new.root, old.root, "the stored index of the old bytes was trusted");
+        assert!(new.verify(0, &[2u8; 4096]));
+    }
+
+    #[test]
+    fn building_for_a_version_the_file_no_longer_is_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "f", b"one");
+        let v = FileVersion::of(&fs::metadata(dir.path().join("f")).unwrap());
+        write(dir.path(), "f", b"two, longer");
+        let got = FileIndex::load_or_build(dir.path(), "f", v, 4096);
+        assert!(matches!(got, Err(StoreError::Changed { .. })), "{got:?}");
     }
 
     #[test]
     fn damaged_index_is_ignored() {
         let dir = tempfile::tempdir().unwrap();
         write(dir.path(), "f", b"some bytes to hash");
-        let good = FileIndex::load_or_build(dir.path(), "f", 4096).unwrap();
+        let good = index(dir.path(), "f", 4096).unwrap();
         let stored = FileIndex::path_for(dir.path(), "f");
         let mut bytes = fs::read(&stored).unwrap();
         let last = bytes.len() - 1;
         bytes[last] ^= 1;
         fs::write(&stored, &bytes).unwrap();
         assert_eq!(FileIndex::load(&stored), None);
-        assert_eq!(FileIndex::load_or_build(dir.path(), "f", 4096).unwrap(), good);
+        assert_eq!(index(dir.path(), "f", 4096).unwrap(), good);
     }
 
     #[test]
     fn empty_file_has_no_leaves() {
         let dir = tempfile::tempdir().unwrap();
         write(dir.path(), "empty", b"");
-        let i = FileIndex::load_or_build(dir.path(), "empty", 4096).unwrap();
+        let i = index(dir.path(), "empty", 4096).unwrap();
         assert!(i.leaves.is_empty());
         assert_eq!(i.root, circus_proto::compute_root(&[]));
     }

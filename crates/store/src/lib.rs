@@ -7,13 +7,17 @@
 //!   and its budget is the whole story.
 //! - [`FileIndex`] holds a file version's BLAKE3 hash tree and SHA-256, built
 //!   in one pass and stored under `ROOT/.circus/index/`, rebuilt when the
-//!   file's size or modification time change.
+//!   file's version changes.
+//! - [`FileVersion`] is what identifies a version (device, inode, size,
+//!   mtime, ctime); every block read is checked to still belong to it.
 //!
 //! ```no_run
-//! use circus_store::{BlockReader, FileIndex};
+//! use circus_store::{BlockReader, FileIndex, FileVersion};
 //! let root = std::path::Path::new("/srv/files");
-//! let index = FileIndex::load_or_build(root, "images/os.iso", 64 * 1024).unwrap();
-//! let reader = BlockReader::open(&root.join("images/os.iso")).unwrap();
+//! let path = root.join("images/os.iso");
+//! let version = FileVersion::of(&std::fs::metadata(&path).unwrap());
+//! let index = FileIndex::load_or_build(root, "images/os.iso", version, 64 * 1024).unwrap();
+//! let reader = BlockReader::open(&path, version).unwrap();
 //! let first = reader.read_block(0, index.layout().block_len(0)).unwrap();
 //! assert!(index.verify(0, &first));
 //! ```
@@ -21,7 +25,9 @@
 mod direct;
 mod error;
 mod index;
+mod version;
 
 pub use direct::BlockReader;
 pub use error::StoreError;
 pub use index::{FileIndex, INDEX_DIR};
+pub use version::{FileVersion, SETTLE, Stamp};

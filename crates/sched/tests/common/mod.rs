@@ -3,7 +3,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 use circus_core::{BlockLayout, BlockSet, ClientId, FileId, first_in};
-use circus_sched::{Action, Event, FailReason, SchedConfig, Scheduler};
+use circus_sched::{Action, Event, FailReason, ReadFault, SchedConfig, Scheduler};
 use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Debug)]
@@ -138,12 +138,22 @@ impl Driver {
         }
     }
 
-    /// Finishes pending read `i` (successfully, or failing it).
-    pub fn finish_read(&mut self, i: usize, fail: bool) {
+    /// Fails pending read `i` with `fault`.
+    #[allow(dead_code, reason = "each test binary compiles this module; only the rules test injects changes")]
+    pub fn fail_read(&mut self, i: usize, fault: ReadFault) {
         let (file, block) = self.pending_reads.remove(i);
+        self.event(Event::ReadFailed { file, block, fault, detail: "injected".into() });
+    }
+
+    /// Finishes pending read `i` (successfully, or failing it as storage
+    /// would).
+    pub fn finish_read(&mut self, i: usize, fail: bool) {
         if fail {
-            self.event(Event::ReadFailed { file, block, detail: "injected".into() });
-        } else {
+            self.fail_read(i, ReadFault::Storage);
+            return;
+        }
+        let (file, block) = self.pending_reads.remove(i);
+        {
             self.resident.insert((file, block));
             self.event(Event::Loaded { file, block });
         }

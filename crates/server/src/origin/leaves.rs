@@ -86,8 +86,7 @@ impl Leaves {
     fn finish(&self, leaves: Vec<[u8; 32]>) {
         let index = FileIndex {
             size: self.layout.len(),
-            mtime_secs: 0,
-            mtime_nanos: 0,
+            version: None,
             block_size: self.layout.block_size(),
             // Unknown: blocks may arrive out of order. Clients check the
             // origin's Repr-Digest when it sends one.
@@ -128,7 +127,12 @@ mod tests {
         let index = leaves.index().expect("complete");
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("f"), &data).unwrap();
-        let local = FileIndex::build(&dir.path().join("f"), 1024).unwrap();
+        let local = FileIndex::build(
+            &dir.path().join("f"),
+            circus_store::FileVersion::of(&std::fs::metadata(dir.path().join("f")).unwrap()),
+            1024,
+        )
+        .unwrap();
         assert_eq!((index.root, &index.leaves), (local.root, &local.leaves));
         assert!(index.verify(9, &data[9 * 1024..]), "the short last block has its own leaf");
     }
