@@ -11,7 +11,8 @@ Exit codes:
   1  local or usage error (bad URL or flag value, cannot write the output); fix it and run again
   2  network or server failure after the retries; run the same command later, it resumes
   3  integrity failure: the data did not match its digest, or blocks failed verification on every try
-  4  the server answered an HTTP error status (4xx/5xx); the message has the status and the server's reason";
+  4  the server answered an HTTP error status (4xx/5xx); the message has the status and the server's reason
+  5  the server broke the circus protocol (an invalid manifest); retrying does not help, --plain may";
 
 /// Why a download failed. Each variant says whose fault it is and whether
 /// running the same download again may succeed ([`GetError::retry_may_help`]).
@@ -43,6 +44,16 @@ pub enum GetError {
     /// was transient.
     #[error("integrity check failed: {reason}")]
     Integrity { reason: String },
+    /// The server sent a manifest that breaks the protocol or its limits (a
+    /// block over 64 MiB, a length its fields do not describe, leaves that
+    /// do not hash to its root). The server is at fault and sends the same
+    /// again, so the download stops at once; retrying does not help, but
+    /// `--plain` may.
+    #[error("the server sent an invalid manifest: {source}")]
+    InvalidManifest {
+        #[source]
+        source: circus_proto::ProtoError,
+    },
     /// The server refused the request with an HTTP error status. `message`
     /// is the first line of its response body. A 4xx is the request's fault
     /// (retrying does not help); a 5xx the server's (retrying later may).
@@ -62,13 +73,14 @@ impl GetError {
             GetError::Network { .. } => 2,
             GetError::Integrity { .. } => 3,
             GetError::Status { .. } => 4,
+            GetError::InvalidManifest { .. } => 5,
         }
     }
 
     /// Whether running the same download again, unchanged, may succeed.
     pub fn retry_may_help(&self) -> bool {
         match self {
-            GetError::Usage(_) => false,
+            GetError::Usage(_) | GetError::InvalidManifest { .. } => false,
             GetError::Local { .. } | GetError::Network { .. } | GetError::Integrity { .. } => true,
             GetError::Status { status, .. } => status.is_server_error() || *status == StatusCode::TOO_MANY_REQUESTS,
         }
@@ -84,6 +96,9 @@ impl GetError {
             GetError::Network { .. } => "run the same command again later: it resumes where it stopped",
             GetError::Integrity { .. } => {
                 "check --expect-digest; if it is right, the server or the network corrupts data: tell the server's operator"
+            }
+            GetError::InvalidManifest { .. } => {
+                "the server is not speaking the circus protocol correctly: tell its operator, or download with --plain"
             }
             GetError::Status { status, .. } if *status == StatusCode::NOT_FOUND => "check the URL",
             GetError::Status { status, .. } if status.is_server_error() => "the server failed; try again later",
@@ -104,6 +119,12 @@ mod tests {
             (GetError::Network { attempts: 6, reason: "refused".into() }, 2),
             (GetError::Integrity { reason: "digest".into() }, 3),
             (GetError::Status { status: StatusCode::NOT_FOUND, message: "not found".into() }, 4),
+            (
+                GetError::InvalidManifest {
+                    source: circus_proto::ProtoError::BadManifest { reason: "block size 0".into() },
+                },
+                5,
+            ),
         ];
         for (e, code) in cases {
             assert_eq!(e.exit_code(), code, "{e}");

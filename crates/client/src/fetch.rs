@@ -11,7 +11,7 @@ use hyper_util::{
     client::legacy::{Client, connect::HttpConnector},
     rt::{TokioExecutor, TokioTimer},
 };
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 use tokio::time::timeout;
 
 /// The HTTP client downloads use: plain `http://`, HTTP/1.1, pooled. Clone
@@ -41,6 +41,8 @@ pub(crate) struct Failure {
     pub start_over: bool,
     /// A status worth retrying (503 and the like), reported if retries run out.
     pub status: Option<(StatusCode, String)>,
+    /// How long the server asked us to wait (`Retry-After`), if it did.
+    pub retry_after: Option<Duration>,
 }
 
 impl Failure {
@@ -107,6 +109,7 @@ pub(crate) async fn get(
         if status.is_success() || pass.contains(&status) {
             return Ok(res);
         }
+        let retry_after = retry_after(res.headers(), SystemTime::now());
         let message = reason_line(res.into_body(), idle).await;
         let retryable = matches!(
             status,
@@ -117,7 +120,7 @@ pub(crate) async fn get(
         );
         if retryable {
             let mut f = Failure::new(format!("the server answered {status}: {message}"));
-            f.status = Some((status, message));
+            (f.status, f.retry_after) = (Some((status, message)), retry_after);
             return Err(Stop::Retry(f));
         }
         return Err(Stop::Fatal(GetError::Status { status, message }));
@@ -143,6 +146,19 @@ fn redirect_target(base: &Uri, res: &Response<Incoming>) -> Result<Uri, GetError
         format!("http://{}{dir}{location}", base.authority().expect("http URL has an authority"))
     };
     parse_url(&target).map_err(|e| GetError::Usage(format!("redirected to {target}: {e}")))
+}
+
+/// The wait a `Retry-After` asks for: delay-seconds, or an HTTP date
+/// (past dates mean now). `None` when absent or unreadable: then the usual
+/// backoff applies. The caller caps it.
+fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let v = headers.get(header::RETRY_AFTER)?.to_str().ok()?.trim();
+    if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
+        // Too many digits for a u64 is "a very long time".
+        return Some(Duration::from_secs(v.parse().unwrap_or(u64::MAX)));
+    }
+    let at = httpdate::parse_http_date(v).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 /// The first non-empty line of an error body (at most 200 characters), so
@@ -230,6 +246,24 @@ mod tests {
         assert!(matches!(parse_url("ftp://h/f"), Err(GetError::Usage(_))));
         assert!(matches!(parse_url("/just/a/path"), Err(GetError::Usage(_))));
         assert!(matches!(parse_url("http://exa mple/"), Err(GetError::Usage(_))));
+    }
+
+    #[test]
+    fn retry_after_forms() {
+        let now = httpdate::parse_http_date("Tue, 01 Jul 2025 12:00:00 GMT").unwrap();
+        let ra = |v: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::RETRY_AFTER, http::HeaderValue::from_static(v));
+            retry_after(&h, now)
+        };
+        assert_eq!(ra("3"), Some(Duration::from_secs(3)));
+        assert_eq!(ra(" 0 "), Some(Duration::ZERO));
+        assert_eq!(ra("99999999999999999999999"), Some(Duration::from_secs(u64::MAX)));
+        assert_eq!(ra("Tue, 01 Jul 2025 12:00:07 GMT"), Some(Duration::from_secs(7)));
+        assert_eq!(ra("Tue, 01 Jul 2025 11:00:00 GMT"), Some(Duration::ZERO));
+        assert_eq!(ra("-1"), None);
+        assert_eq!(ra("soon"), None);
+        assert_eq!(retry_after(&HeaderMap::new(), now), None);
     }
 
     #[test]

@@ -12,10 +12,14 @@
 //!   so a later run (or process) resumes where this one stopped;
 //! - a broken connection is retried with exponential backoff (200 ms,
 //!   doubling; `retries` failures in a row without progress end it);
-//! - when complete, the whole file's SHA-256 is checked against every digest
-//!   known (`expect_digest`, the server's `Repr-Digest`, the manifest), then
-//!   the part file is renamed to `PATH`. `PATH` never holds partial or wrong
-//!   content.
+//! - when complete, the part file is read back whole: a native download must
+//!   hash to the manifest's root (kept in the state file), and the file must
+//!   match every SHA-256 known (`expect_digest`, the server's `Repr-Digest`,
+//!   the manifest). Only then is it renamed to `PATH`: a state file alone
+//!   never makes a download complete. Data that fails the check is
+//!   discarded; if it held bytes from an earlier run (which the disk may
+//!   have damaged since) the download starts over once, else it fails.
+//!   `PATH` never holds partial or wrong content.
 //!
 //! Exit codes of `circus get`, from [`GetError::exit_code`]:
 //!
@@ -26,6 +30,7 @@
 //! | 2 | network or server failure after the retries ([`GetError::Network`]); rerun later to resume |
 //! | 3 | integrity failure ([`GetError::Integrity`]): digest mismatch, or blocks bad on every try |
 //! | 4 | HTTP error status ([`GetError::Status`]), with the server's reason |
+//! | 5 | the server broke the protocol ([`GetError::InvalidManifest`]); `--plain` may work |
 //!
 //! ```no_run
 //! use circus_client::{GetOptions, Mode, download};
@@ -51,6 +56,7 @@ mod progress;
 mod session;
 mod state;
 mod throttle;
+mod verify;
 
 pub use digest::Sha256Digest;
 pub use error::{EXIT_CODES, GetError};

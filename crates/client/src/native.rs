@@ -11,7 +11,7 @@ use crate::{
 use bytes::BytesMut;
 use circus_core::BlockSet;
 use circus_proto::{
-    CONTENT_TYPE, Decoder, Frame, MAX_NEED_LEN, Manifest, NEED_HEADER, ProtoError, VerifiedBlock, complement,
+    CONTENT_TYPE, Decoder, Frame, MAX_SENT_NEED_LEN, Manifest, NEED_HEADER, ProtoError, VerifiedBlock, complement,
     format_need,
 };
 use http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -36,7 +36,10 @@ pub(crate) async fn attempt(job: &mut Job<'_>) -> Result<(), Stop> {
         // An ETag that is not a valid header value cannot be sent back; the
         // request then asks for everything and the manifest decides.
         if let Ok(etag) = HeaderValue::from_str(&n.etag) {
-            let need = format_need(&complement(&n.have), MAX_NEED_LEN);
+            // A fragmented need set is sent coarser (a superset) rather than
+            // in a header too long for the server's request-head limit; the
+            // blocks it brings back twice are counted and dropped (`store`).
+            let need = format_need(&complement(&n.have), MAX_SENT_NEED_LEN);
             headers.insert(header::IF_RANGE, etag);
             headers.insert(NEED_HEADER, HeaderValue::from_str(&need).expect("digits, commas and dashes"));
         }
@@ -67,6 +70,10 @@ pub(crate) async fn attempt(job: &mut Job<'_>) -> Result<(), Stop> {
             let frame = match decoder.decode(&mut buf) {
                 Ok(Some(frame)) => frame,
                 Ok(None) => break,
+                // The server would send the same manifest again.
+                Err(e) if manifest.is_none() && is_manifest_error(&e) => {
+                    return Err(Stop::Fatal(GetError::InvalidManifest { source: e }));
+                }
                 Err(e) => return retry(fail, format!("the server sent a malformed stream: {e}")),
             };
             match frame {
@@ -116,6 +123,12 @@ pub(crate) async fn attempt(job: &mut Job<'_>) -> Result<(), Stop> {
             Err(reason) => return retry(fail, reason),
         }
     }
+}
+
+/// Whether a decode error is about the manifest itself (its fields, its
+/// size, its leaves) rather than the stream around it.
+fn is_manifest_error(e: &ProtoError) -> bool {
+    matches!(e, ProtoError::BadManifest { .. } | ProtoError::FrameTooLarge { kind: 1, .. })
 }
 
 /// Keeps the progress if the manifest is the version it belongs to;

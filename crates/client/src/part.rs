@@ -7,7 +7,7 @@
 //! (written, then `fdatasync`ed) before the checkpoint's JSON is saved, so a
 //! crash never leaves a state file that claims a block the disk lacks.
 
-use crate::{GetError, digest::Sha256Digest, state::save_atomic};
+use crate::{GetError, state::save_atomic};
 use bytes::Bytes;
 use std::{
     ffi::OsString,
@@ -171,15 +171,6 @@ fn run(file: File, paths: &Paths, mut rx: mpsc::Receiver<Cmd>) -> Result<(), Get
         }
     }
     file.sync_all().map_err(|e| part("sync", e))
-}
-
-/// The SHA-256 of the part file, on a blocking thread.
-pub(crate) async fn hash(paths: &Paths) -> Result<Sha256Digest, GetError> {
-    let part = paths.part.clone();
-    tokio::task::spawn_blocking(move || Sha256Digest::of_file(&part))
-        .await
-        .map_err(|e| GetError::local("read", &paths.part, std::io::Error::other(e)))?
-        .map_err(|e| GetError::local("read", &paths.part, e))
 }
 
 /// Moves the finished part file to the output path (atomically, replacing

@@ -1,5 +1,6 @@
 //! One download from start to finish: load or create its state, run
-//! attempts with bounded, backed-off retries, then verify and install.
+//! attempts with bounded, backed-off retries, then read the whole file back
+//! to check it (starting over once if it is damaged) and install it.
 
 use crate::{
     GetError, GetOptions, Mode, Protocol, Report,
@@ -11,6 +12,7 @@ use crate::{
     progress::ProgressSink,
     state::{PlainState, Progress, State},
     throttle::Throttle,
+    verify,
 };
 use circus_proto::complement;
 use http::{HeaderMap, Uri};
@@ -58,6 +60,13 @@ impl Job<'_> {
         self.dirty_bytes = 0;
         self.last_checkpoint = Instant::now();
         Ok(())
+    }
+
+    /// Starts over from nothing with a new writer, after the old one was
+    /// closed and the part file discarded.
+    pub async fn reopen(&mut self) -> Result<(), GetError> {
+        (self.writer, _) = Writer::open(&self.paths).await?;
+        self.begin(Progress::Fresh, 0, None).await
     }
 
     /// Records that `blocks` blocks / `bytes` bytes went to the writer,
@@ -123,22 +132,29 @@ pub(crate) async fn download(
         dirty_bytes: 0,
         last_checkpoint: Instant::now(),
     };
-    let result = match run(&mut job).await {
-        Ok(()) => finish(job).await,
-        Err(e) => {
-            // Keep whatever was verified for the next run. If the writer is
-            // what failed, this fails too and the old state file stands.
-            let keep = job.state.done_bytes() > 0;
-            if keep {
-                let _ = job.checkpoint().await;
-            }
-            let _ = job.writer.close().await;
-            if !keep {
-                // Nothing worth resuming (a 404, a refused connection):
-                // leave no litter beside the output.
+    // At most one start-over per run for data that failed the final check:
+    // a second failure is not the disk's doing.
+    let mut refetched = false;
+    let result = loop {
+        if let Err(e) = run(&mut job).await {
+            break Err(stop(&mut job, e).await);
+        }
+        match check(&mut job).await {
+            Ok(Verdict::Good(sha256)) => break install(job, sha256).await,
+            Ok(Verdict::Bad { reason, refetch }) => {
+                // Wrong content must not stay around looking like progress.
                 part::discard(&job.paths).await;
+                if !refetch || refetched {
+                    break Err(GetError::Integrity { reason });
+                }
+                refetched = true;
+                job.report.restarts += 1;
+                job.note(&format!("{reason}; starting over"));
+                if let Err(e) = job.reopen().await {
+                    break Err(e);
+                }
             }
-            Err(e)
+            Err(e) => break Err(e),
         }
     };
     progress.finish();
@@ -215,7 +231,7 @@ async fn run(job: &mut Job<'_>) -> Result<(), GetError> {
         if streak > job.opts.retries {
             return Err(give_up(failure, attempts));
         }
-        let backoff = job.opts.backoff.saturating_mul(1 << (streak - 1).min(16)).min(MAX_BACKOFF);
+        let backoff = retry_wait(job.opts.backoff, streak, failure.retry_after);
         job.note(&format!(
             "{}; retrying in {:.1} s ({streak} of {})",
             failure.reason,
@@ -225,6 +241,15 @@ async fn run(job: &mut Job<'_>) -> Result<(), GetError> {
         tokio::time::sleep(backoff).await;
         job.report.reconnects += 1;
     }
+}
+
+/// The wait before retry number `streak` (from 1) of a row: `base`,
+/// doubling each time, or what the server asked for (`Retry-After`) if
+/// longer; never more than [`MAX_BACKOFF`], so a server cannot park a
+/// download for hours.
+fn retry_wait(base: Duration, streak: u32, retry_after: Option<Duration>) -> Duration {
+    let backoff = base.saturating_mul(1 << streak.saturating_sub(1).min(16));
+    backoff.max(retry_after.unwrap_or(Duration::ZERO)).min(MAX_BACKOFF)
 }
 
 fn give_up(failure: Failure, attempts: u32) -> GetError {
@@ -238,8 +263,36 @@ fn give_up(failure: Failure, attempts: u32) -> GetError {
     }
 }
 
-/// Sync, check every known whole-file digest, then move into place.
-async fn finish(mut job: Job<'_>) -> Result<Report, GetError> {
+/// Ends a failed download: whatever was verified stays for the next run.
+async fn stop(job: &mut Job<'_>, e: GetError) -> GetError {
+    // If the writer is what failed, the checkpoint fails too and the old
+    // state file stands.
+    let keep = job.state.done_bytes() > 0;
+    if keep {
+        let _ = job.checkpoint().await;
+    }
+    let _ = job.writer.close().await;
+    if !keep {
+        // Nothing worth resuming (a 404, a refused connection): leave no
+        // litter beside the output.
+        part::discard(&job.paths).await;
+    }
+    e
+}
+
+/// The outcome of the whole-file check.
+enum Verdict {
+    /// The data is right; its SHA-256 if one was computed.
+    Good(Option<Sha256Digest>),
+    /// The data is wrong. `refetch`: downloading it again may cure it (the
+    /// part file held bytes this run did not check as they arrived).
+    Bad { reason: String, refetch: bool },
+}
+
+/// Syncs the part file and reads it back: a native download must hash to
+/// the manifest's root, and the file must match every SHA-256 known.
+/// Nothing else (a state file, a count of blocks) is taken as proof.
+async fn check(job: &mut Job<'_>) -> Result<Verdict, GetError> {
     job.writer.close().await?;
     let opts = job.opts;
     let mut wanted: Vec<(&str, Sha256Digest)> = Vec::new();
@@ -256,21 +309,73 @@ async fn finish(mut job: Job<'_>) -> Result<Report, GetError> {
             wanted.push(("the manifest", Sha256Digest(n.sha256)));
         }
     }
-    if !wanted.is_empty() {
-        job.progress.status("checking SHA-256");
-        let got = part::hash(&job.paths).await?;
-        if let Some((source, want)) = wanted.iter().find(|(_, want)| *want != got) {
-            // Wrong content must not stay around looking like progress.
-            part::discard(&job.paths).await;
-            return Err(GetError::Integrity {
-                reason: format!("the file's SHA-256 is {got}, but {source} says {want}"),
-            });
-        }
-        job.report.sha256 = Some(got);
+    let (layout, root) = match &job.state.progress {
+        Progress::Native(n) => (Some(n.layout), Some(n.root)),
+        _ => (None, None),
+    };
+    if layout.is_none() && wanted.is_empty() {
+        // A plain download with no digest: nothing to check against.
+        return Ok(Verdict::Good(None));
     }
+    job.progress.status(if wanted.is_empty() { "checking the blocks" } else { "checking the blocks and SHA-256" });
+    let (path, sha256) = (job.paths.part.clone(), !wanted.is_empty());
+    let scan = tokio::task::spawn_blocking(move || verify::scan(&path, layout, sha256))
+        .await
+        .map_err(|e| GetError::local("read", &job.paths.part, std::io::Error::other(e)))?
+        .map_err(|e| GetError::local("read back", &job.paths.part, e))?;
+    if scan.root != root {
+        return Ok(Verdict::Bad {
+            reason: format!("{} does not match the manifest's hash tree", job.paths.part.display()),
+            refetch: true,
+        });
+    }
+    if let Some(got) = scan.sha256
+        && let Some((source, want)) = wanted.iter().find(|(_, want)| *want != got)
+    {
+        // With the tree matched, a native file is what the server said it
+        // is: a digest that disagrees is wrong itself, and fetching again
+        // would not change that. A plain file resumed from an earlier run
+        // may have been damaged on disk.
+        let refetch = layout.is_none() && job.report.resumed_bytes > 0;
+        return Ok(Verdict::Bad { reason: format!("the file's SHA-256 is {got}, but {source} says {want}"), refetch });
+    }
+    Ok(Verdict::Good(scan.sha256))
+}
+
+/// Moves the checked file into place.
+async fn install(mut job: Job<'_>, sha256: Option<Sha256Digest>) -> Result<Report, GetError> {
     part::install(&job.paths).await?;
+    job.report.sha256 = sha256;
     job.report.protocol =
         if matches!(job.state.progress, Progress::Native(_)) { Protocol::Native } else { Protocol::Plain };
     job.report.bytes = job.state.total().unwrap_or(0);
     Ok(job.report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_waits_double_and_honour_retry_after_up_to_the_cap() {
+        struct Case {
+            streak: u32,
+            retry_after: Option<u64>,
+            want_ms: u64,
+        }
+        let cases = [
+            Case { streak: 1, retry_after: None, want_ms: 200 },
+            Case { streak: 3, retry_after: None, want_ms: 800 },
+            Case { streak: 40, retry_after: None, want_ms: 10_000 },
+            Case { streak: 1, retry_after: Some(2), want_ms: 2_000 },
+            // The backoff, when longer, still applies.
+            Case { streak: 4, retry_after: Some(0), want_ms: 1_600 },
+            Case { streak: 1, retry_after: Some(3600), want_ms: 10_000 },
+            Case { streak: 1, retry_after: Some(u64::MAX), want_ms: 10_000 },
+        ];
+        for Case { streak, retry_after, want_ms } in cases {
+            let got = retry_wait(Duration::from_millis(200), streak, retry_after.map(Duration::from_secs));
+            assert_eq!(got, Duration::from_millis(want_ms), "streak {streak}, Retry-After {retry_after:?}");
+        }
+    }
 }

@@ -7,6 +7,7 @@
 use crate::digest::Sha256Digest;
 use base64::Engine;
 use circus_core::{BlockLayout, BlockSet};
+use circus_proto::MAX_BLOCK_SIZE;
 use serde::{Deserialize, Serialize};
 use std::{io::Write, path::Path};
 
@@ -139,7 +140,12 @@ impl State {
         let progress = match file.progress {
             ProgressFile::Fresh => Progress::Fresh,
             ProgressFile::Native { etag, root, sha256, file_size, block_size, verified_count, verified } => {
-                if block_size == 0 || file_size.div_ceil(u64::from(block_size)) > u64::from(u32::MAX) {
+                // A manifest never declares more (the final check reads a
+                // block at a time, so this bounds its buffer too).
+                if block_size == 0
+                    || block_size > MAX_BLOCK_SIZE
+                    || file_size.div_ceil(u64::from(block_size)) > u64::from(u32::MAX)
+                {
                     return Err(format!("impossible geometry: {file_size} bytes in blocks of {block_size}"));
                 }
                 let layout = BlockLayout::new(file_size, block_size);
@@ -289,6 +295,11 @@ mod tests {
         assert_ne!(bad, good);
         assert!(State::from_json(bad.as_bytes()).unwrap_err().contains("block 3"));
         assert!(State::from_json(b"{").is_err());
+        // Blocks bigger than any manifest may declare.
+        let empty = String::from_utf8(native(0, &[]).to_json()).unwrap();
+        assert!(State::from_json(empty.as_bytes()).is_ok());
+        let huge = empty.replace("\"block_size\": 4", "\"block_size\": 4294967295");
+        assert!(State::from_json(huge.as_bytes()).unwrap_err().contains("impossible geometry"));
     }
 
     #[test]

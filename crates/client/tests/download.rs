@@ -139,10 +139,12 @@ async fn a_changed_file_starts_over() {
     o.retries = 0;
     download(&o, &()).await.unwrap_err();
     // New content, same size, a different modification time: a new ETag.
+    // (In the past: a server takes a file dated in the future for one still
+    // being written, and answers 503 until that time.)
     let path = f.dir.path().join("one.bin");
     std::fs::write(&path, common::data(1024 * 1024, 77)).unwrap();
-    let later = std::time::SystemTime::now() + Duration::from_secs(5);
-    std::fs::File::options().write(true).open(&path).unwrap().set_modified(later).unwrap();
+    let earlier = std::time::SystemTime::now() - Duration::from_secs(3600);
+    std::fs::File::options().write(true).open(&path).unwrap().set_modified(earlier).unwrap();
     let report = download(&opts(proxy.url("one.bin"), &out), &()).await.unwrap();
     assert_eq!(std::fs::read(&out).unwrap(), f.served("one.bin"));
     assert_eq!(report.restarts, 1, "{report:?}");

@@ -64,7 +64,7 @@ pub use frame::{
 };
 pub use manifest::{MANIFEST_FIXED_LEN, MAX_BLOCK_SIZE, Manifest, VerifiedBlock};
 pub use need::{MAX_NEED_LEN, MAX_SENT_NEED_LEN, NEED_HEADER, complement, format_need, parse_need};
-pub use tree::{HashTree, compute_root};
+pub use tree::{HashTree, RootBuilder, compute_root};
 
 /// Everything that can go wrong reading the protocol. A decoder that returned
 /// an error has lost its place in the stream; the connection should be dropped.

@@ -91,6 +91,55 @@ pub fn compute_root(leaves: &[[u8; 32]]) -> [u8; 32] {
     }
 }
 
+/// The root over leaves given one at a time, in index order, in memory
+/// logarithmic in their number: for rehashing a file from disk without
+/// holding its leaf list. Equals [`compute_root`] over the same leaves.
+///
+/// ```
+/// use circus_proto::{HashTree, RootBuilder, compute_root};
+/// let leaves: Vec<[u8; 32]> = [&b"hell"[..], b"owor", b"ld"].map(HashTree::leaf_hash).to_vec();
+/// let mut b = RootBuilder::new();
+/// leaves.iter().for_each(|l| b.push(*l));
+/// assert_eq!(b.finish(), compute_root(&leaves));
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct RootBuilder {
+    /// The roots of complete subtrees over consecutive leaves, each with
+    /// its height, heights strictly decreasing: the binary digits of the
+    /// leaf count so far.
+    stack: Vec<(u32, [u8; 32])>,
+}
+
+impl RootBuilder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds the next leaf (see [`HashTree::leaf_hash`]).
+    pub fn push(&mut self, leaf: [u8; 32]) {
+        let mut node = (0, leaf);
+        while let Some(&(height, left)) = self.stack.last()
+            && height == node.0
+        {
+            self.stack.pop();
+            node = (height + 1, node_hash(&left, &node.1));
+        }
+        self.stack.push(node);
+    }
+
+    /// The root. Pairing level by level with odd nodes promoted (as
+    /// [`compute_root`] does) joins the complete subtrees right to left.
+    pub fn finish(mut self) -> [u8; 32] {
+        let Some((_, mut root)) = self.stack.pop() else {
+            return compute_root(&[]);
+        };
+        while let Some((_, left)) = self.stack.pop() {
+            root = node_hash(&left, &root);
+        }
+        root
+    }
+}
+
 /// A pair hashes to a node; a lone trailing node is promoted as it is.
 fn pair(nodes: &[[u8; 32]]) -> [u8; 32] {
     match nodes {
@@ -155,6 +204,14 @@ mod tests {
         fn in_place_root_matches_recursive_definition(n in 0usize..70) {
             let leaves: Vec<[u8; 32]> = (0..n as u32).map(|i| HashTree::leaf_hash(&i.to_be_bytes())).collect();
             prop_assert_eq!(compute_root(&leaves), naive_root(leaves.clone()));
+        }
+
+        #[test]
+        fn streamed_root_matches_compute_root(n in 0usize..300) {
+            let leaves: Vec<[u8; 32]> = (0..n as u32).map(|i| HashTree::leaf_hash(&i.to_be_bytes())).collect();
+            let mut b = RootBuilder::new();
+            leaves.iter().for_each(|l| b.push(*l));
+            prop_assert_eq!(b.finish(), compute_root(&leaves));
         }
     }
 }

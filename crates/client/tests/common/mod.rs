@@ -1,8 +1,11 @@
 //! Test fixtures on real sockets at 127.0.0.1: an in-process circus server
 //! over a temporary directory, a TCP proxy that cuts or corrupts the first
-//! connection, and a minimal plain HTTP server that knows nothing of circus.
+//! connection, a minimal plain HTTP server that knows nothing of circus, and
+//! a scripted raw server for hostile answers (`raw`).
 
 #![allow(dead_code)] // each test file uses a different part
+
+pub mod raw;
 
 use bytes::Bytes;
 use circus_server::{ServeConfig, Server};
@@ -54,6 +57,12 @@ impl Fixture {
     /// Serves `big.bin` (3 MiB and a short last block), `one.bin` (1 MiB),
     /// `marked.bin` (2 MiB holding [`MARKER`]) and `empty`.
     pub async fn start() -> Fixture {
+        Self::with_block(BLOCK as u32).await
+    }
+
+    /// [`Fixture::start`] with the server cutting files into `block_size`
+    /// blocks.
+    pub async fn with_block(block_size: u32) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("big.bin"), data(3 * 1024 * 1024 + 123, 1)).unwrap();
         std::fs::write(dir.path().join("one.bin"), data(1024 * 1024, 2)).unwrap();
@@ -64,6 +73,7 @@ impl Fixture {
         std::fs::write(dir.path().join("empty"), b"").unwrap();
         let mut cfg = ServeConfig::new(dir.path().to_owned());
         cfg.listen = "127.0.0.1:0".parse().unwrap();
+        cfg.sched.block_size = block_size;
         let server = Server::bind(cfg).await.unwrap();
         let addr = server.local_addr();
         tokio::spawn(server.run(std::future::pending()));
@@ -167,7 +177,8 @@ async fn relay(client: TcpStream, target: SocketAddr, conn: Arc<Conn>, plan: Sab
             while let Ok(n @ 1..) = cr.read(&mut buf).await {
                 {
                     let mut req = conn.request.lock().unwrap();
-                    if req.len() < 8192 {
+                    // Enough for a request head at any server's limit.
+                    if req.len() < 64 * 1024 {
                         req.push_str(&String::from_utf8_lossy(&buf[..n]));
                     }
                 }
