@@ -93,6 +93,21 @@ pub struct ServeArgs {
     /// Downloads wait rather than read faster.
     #[arg(long)]
     read_rate: Option<ByteSize>,
+    /// Serve files and directories whose names start with a dot (.git/,
+    /// .env); by default they are answered 404.
+    #[arg(long)]
+    dotfiles: Option<bool>,
+    /// Seconds a response may make no progress (the client takes no byte)
+    /// before its connection is closed; idle HTTP/2 connections are closed
+    /// after it too (default 60).
+    #[arg(long, value_name = "SECS")]
+    send_timeout: Option<u64>,
+    /// Connections one client address may hold at once (default 256; 0: no cap).
+    #[arg(long)]
+    max_connections_per_ip: Option<usize>,
+    /// Streams one HTTP/2 connection may have open at once (default 100).
+    #[arg(long)]
+    max_streams: Option<u32>,
 }
 
 impl ServeArgs {
@@ -139,6 +154,10 @@ impl ServeArgs {
             s3_region: self.s3_region.clone(),
             s3_allow_http: self.s3_allow_http,
             s3_max_age_secs: self.s3_max_age,
+            dotfiles: self.dotfiles,
+            send_timeout_secs: self.send_timeout,
+            max_connections_per_ip: self.max_connections_per_ip,
+            max_streams: self.max_streams,
             ..FileConfig::default()
         };
         flags.apply(&mut cfg).context("invalid settings")?;

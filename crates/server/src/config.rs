@@ -33,6 +33,17 @@ pub struct ServeConfig {
     pub read_rate: Option<u64>,
     /// Serve from this origin through the caching tier instead of `root`.
     pub origin: Option<crate::origin::OriginConfig>,
+    /// Serve files and directories whose names start with a dot (`.git/`,
+    /// `.env`); refused with 404 by default.
+    pub dotfiles: bool,
+    /// A connection whose response makes no progress (no byte taken by the
+    /// client) for this long is closed, as nginx's `send_timeout`; an idle
+    /// HTTP/2 connection with no stream open is closed after it too.
+    pub send_timeout: Duration,
+    /// Connections one client address may hold at once (0: no cap).
+    pub max_connections_per_ip: usize,
+    /// Streams one HTTP/2 connection may have open at once.
+    pub max_streams: u32,
 }
 
 impl ServeConfig {
@@ -42,7 +53,9 @@ impl ServeConfig {
             listen: "127.0.0.1:8080".parse().expect("valid address"),
             sched: SchedConfig { cache_bytes: 256 << 20, ..SchedConfig::default() },
             max_connections: 10_000,
-            max_header_bytes: 16 * 1024,
+            // Room for the longest Circus-Need the server parses, and
+            // ordinary fields beside it: a resume always fits.
+            max_header_bytes: circus_proto::MAX_NEED_LEN + 8 * 1024,
             header_timeout: Duration::from_secs(30),
             io_threads: 16,
             drain_timeout: Duration::from_secs(30),
@@ -51,6 +64,10 @@ impl ServeConfig {
             cache_dir: None,
             read_rate: None,
             origin: None,
+            dotfiles: false,
+            send_timeout: Duration::from_secs(60),
+            max_connections_per_ip: 256,
+            max_streams: 100,
         }
     }
 }
@@ -105,6 +122,14 @@ pub struct FileConfig {
     /// Freshness of objects without a Cache-Control of their own (default:
     /// heuristic, a tenth of the time since Last-Modified, at most a day).
     pub s3_max_age_secs: Option<u64>,
+    /// Serve dotfiles (default false: 404).
+    pub dotfiles: Option<bool>,
+    /// Seconds without progress before a connection is closed (default 60).
+    pub send_timeout_secs: Option<u64>,
+    /// Connections per client address (default 256; 0: no cap).
+    pub max_connections_per_ip: Option<usize>,
+    /// Open streams per HTTP/2 connection (default 100).
+    pub max_streams: Option<u32>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -150,6 +175,10 @@ impl FileConfig {
         set(&mut cfg.header_timeout, self.header_timeout_secs.map(Duration::from_secs));
         set(&mut cfg.drain_timeout, self.drain_timeout_secs.map(Duration::from_secs));
         set(&mut cfg.zero_copy, self.zero_copy);
+        set(&mut cfg.dotfiles, self.dotfiles);
+        set(&mut cfg.send_timeout, self.send_timeout_secs.map(Duration::from_secs));
+        set(&mut cfg.max_connections_per_ip, self.max_connections_per_ip);
+        set(&mut cfg.max_streams, self.max_streams.map(|n| n.max(1)));
         if let Some(dir) = &self.cache_dir {
             cfg.cache_dir = Some(dir.clone());
         }

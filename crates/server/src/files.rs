@@ -149,6 +149,8 @@ impl FileEntry {
 #[derive(Debug)]
 pub struct FileTable {
     root: PathBuf,
+    /// Serve names that start with a dot (off: 404).
+    dotfiles: bool,
     block_size: u32,
     next_id: AtomicU64,
     versions: Mutex<HashMap<String, Arc<FileEntry>>>,
@@ -160,10 +162,17 @@ impl FileTable {
     pub fn new(root: &Path, block_size: u32) -> std::io::Result<Self> {
         Ok(Self {
             root: root.canonicalize()?,
+            dotfiles: false,
             block_size,
             next_id: AtomicU64::new(1),
             versions: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Serves names that start with a dot too (`.git/`, `.env`).
+    pub fn with_dotfiles(mut self, serve: bool) -> Self {
+        self.dotfiles = serve;
+        self
     }
 
     pub fn root(&self) -> &Path {
@@ -173,13 +182,15 @@ impl FileTable {
     /// Resolves a URL path (still percent-encoded) to the current version of
     /// a regular file under the root. Blocking (stat and canonicalize).
     pub fn lookup(&self, url_path: &str) -> Result<Arc<FileEntry>, HttpError> {
-        let rel = relative_path(url_path)?;
+        let rel = relative_path(url_path, self.dotfiles)?;
         let path = self.root.join(&rel);
-        // Symlinks may point anywhere: only what stays under the root is served.
+        // Symlinks may point anywhere: only what stays under the root is
+        // served, and the rules on names hold for where a link leads too.
         let real = path.canonicalize().map_err(|_| HttpError::NotFound)?;
-        if !real.starts_with(&self.root) {
+        let Ok(real_rel) = real.strip_prefix(&self.root) else {
             return Err(HttpError::Forbidden("path leaves the served directory"));
-        }
+        };
+        relative_path(&real_rel.to_string_lossy(), self.dotfiles)?;
         let version = settled_version(&real)?;
         let mut versions = self.versions.lock().expect("file table lock");
         match versions.get(&rel) {
@@ -258,8 +269,9 @@ fn etag(v: &FileVersion) -> String {
     format!("\"{:x}.{:x}-{:x}-{}\"", v.mtime.secs, v.mtime.nanos, v.size, &tag.to_hex()[..8])
 }
 
-/// Decodes and checks a URL path: no `..`, no NUL, no hidden index.
-fn relative_path(url_path: &str) -> Result<String, HttpError> {
+/// Decodes and checks a URL path: no `..`, no NUL, no hidden index, and
+/// no dotfile unless `dotfiles`.
+fn relative_path(url_path: &str, dotfiles: bool) -> Result<String, HttpError> {
     let decoded = percent_decode(url_path).ok_or(HttpError::BadRequest("malformed percent-encoding in path"))?;
     let mut parts = Vec::new();
     for seg in decoded.split('/') {
@@ -270,6 +282,7 @@ fn relative_path(url_path: &str) -> Result<String, HttpError> {
                 return Err(HttpError::BadRequest("invalid character in path"));
             }
             s if s == INDEX_DIR => return Err(HttpError::NotFound),
+            s if s.starts_with('.') && !dotfiles => return Err(HttpError::NotFound),
             s => parts.push(s),
         }
     }
@@ -302,14 +315,21 @@ mod tests {
 
     #[test]
     fn paths_are_checked() {
-        assert_eq!(relative_path("/a/b%20c.iso").unwrap(), "a/b c.iso");
-        assert_eq!(relative_path("//a/./b").unwrap(), "a/b");
-        assert!(matches!(relative_path("/a/../etc/passwd"), Err(HttpError::Forbidden(_))));
-        assert!(matches!(relative_path("/a/%2e%2e/x"), Err(HttpError::Forbidden(_))));
-        assert!(matches!(relative_path("/.circus/index/x.idx"), Err(HttpError::NotFound)));
-        assert!(matches!(relative_path("/a%00b"), Err(HttpError::BadRequest(_))));
-        assert!(matches!(relative_path("/a%zz"), Err(HttpError::BadRequest(_))));
-        assert!(matches!(relative_path("/"), Err(HttpError::NotFound)));
+        let p = |path| relative_path(path, false);
+        assert_eq!(p("/a/b%20c.iso").unwrap(), "a/b c.iso");
+        assert_eq!(p("//a/./b").unwrap(), "a/b");
+        assert!(matches!(p("/a/../etc/passwd"), Err(HttpError::Forbidden(_))));
+        assert!(matches!(p("/a/%2e%2e/x"), Err(HttpError::Forbidden(_))));
+        assert!(matches!(p("/.circus/index/x.idx"), Err(HttpError::NotFound)));
+        assert!(matches!(p("/a%00b"), Err(HttpError::BadRequest(_))));
+        assert!(matches!(p("/a%zz"), Err(HttpError::BadRequest(_))));
+        assert!(matches!(p("/"), Err(HttpError::NotFound)));
+        // Dotfiles only when asked for; the index never.
+        for dotted in ["/.env", "/.git/config", "/a/%2egit/HEAD"] {
+            assert!(matches!(p(dotted), Err(HttpError::NotFound)), "{dotted}");
+        }
+        assert_eq!(relative_path("/.well-known/x", true).unwrap(), ".well-known/x");
+        assert!(matches!(relative_path("/.circus/index/x.idx", true), Err(HttpError::NotFound)));
     }
 
     #[test]
@@ -340,6 +360,17 @@ mod tests {
         std::os::unix::fs::symlink(root.join("f"), root.join("inside")).unwrap();
         let t = FileTable::new(&root, 4096).unwrap();
         assert!(matches!(t.lookup("/link"), Err(HttpError::Forbidden(_))));
+        // A link inside the root may not lead into the index or to a dotfile.
+        std::fs::create_dir_all(root.join(".circus/index")).unwrap();
+        std::fs::write(root.join(".circus/index/x.idx"), b"i").unwrap();
+        std::fs::write(root.join(".env"), b"SECRET=1").unwrap();
+        std::os::unix::fs::symlink(root.join(".circus/index/x.idx"), root.join("idx")).unwrap();
+        std::os::unix::fs::symlink(root.join(".env"), root.join("settings")).unwrap();
+        assert!(matches!(t.lookup("/idx"), Err(HttpError::NotFound)));
+        assert!(matches!(t.lookup("/settings"), Err(HttpError::NotFound)));
+        let with_dotfiles = FileTable::new(&root, 4096).unwrap().with_dotfiles(true);
+        assert_eq!(with_dotfiles.lookup("/settings").unwrap().size, 8);
+        assert!(matches!(with_dotfiles.lookup("/idx"), Err(HttpError::NotFound)));
         assert_eq!(t.lookup("/inside").unwrap().size, 3);
         let a = t.lookup("/f").unwrap();
         assert_eq!(t.lookup("/f").unwrap().id, a.id);

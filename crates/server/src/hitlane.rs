@@ -144,7 +144,14 @@ fn answer_all(buf: &mut BytesMut, source: &dyn HitSource, out: &mut Vec<u8>) -> 
             _ => break Batch::Other,
         };
         let target = req.path.unwrap_or("");
-        if req.version != Some(1) || !target.starts_with('/') || !req.headers.iter().all(neutral) {
+        // A missing, doubled or malformed Host goes to hyper's path, which
+        // answers 400 (RFC 9112 §3.2).
+        let hosts = req.headers.iter().filter(|h| h.name.eq_ignore_ascii_case("host")).map(|h| h.value);
+        if req.version != Some(1)
+            || !target.starts_with('/')
+            || !req.headers.iter().all(neutral)
+            || !crate::rfc9110::host_ok(hosts)
+        {
             break Batch::Other;
         }
         if !source.render(target, head, req.headers, out) {

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use circus_core::BlockSet;
 use circus_proto::{CONTENT_TYPE as NATIVE_TYPE, NEED_HEADER};
 use circus_store::FileIndex;
-use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Version, header};
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use std::sync::Arc;
 
@@ -53,6 +53,9 @@ pub async fn handle<B>(state: Arc<AppState>, req: Request<B>) -> Response<ResBod
 }
 
 async fn route<B>(state: &Arc<AppState>, req: &Request<B>) -> Result<Response<ResBody>, HttpError> {
+    if !host_field_ok(req) {
+        return Err(HttpError::BadRequest("an HTTP/1.1 request needs exactly one valid Host field"));
+    }
     let head = match *req.method() {
         Method::GET => false,
         Method::HEAD => true,
@@ -105,6 +108,19 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>) -> Result<Response<Re
     Ok(res)
 }
 
+/// RFC 9112 §3.2 for HTTP/1.x: one valid Host (HTTP/1.0 may omit it).
+/// HTTP/2 names the authority in `:authority` instead.
+fn host_field_ok<B>(req: &Request<B>) -> bool {
+    let hosts = req.headers().get_all(header::HOST);
+    match req.version() {
+        Version::HTTP_11 => rfc9110::host_ok(hosts.iter().map(HeaderValue::as_bytes)),
+        Version::HTTP_10 | Version::HTTP_09 => {
+            hosts.iter().next().is_none() || rfc9110::host_ok(hosts.iter().map(HeaderValue::as_bytes))
+        }
+        _ => true,
+    }
+}
+
 fn status_only(status: StatusCode) -> Response<ResBody> {
     let mut res = Response::new(full(Bytes::new()));
     *res.status_mut() = status;
@@ -155,6 +171,12 @@ pub(crate) fn native_response(
         header_str(h, header::IF_RANGE),
         &Validators { etag: &file.etag, last_modified: file.modified },
     );
+    if h.get_all(NEED_HEADER).iter().nth(1).is_some() {
+        return Err(HttpError::BadNeed("Circus-Need given more than once".into()));
+    }
+    if h.get(NEED_HEADER).is_some_and(|v| v.to_str().is_err()) {
+        return Err(HttpError::BadNeed("Circus-Need is not ASCII".into()));
+    }
     let have = match header_str(h, NEED_HEADER).filter(|_| same_version) {
         Some(need) => circus_proto::complement(
             &circus_proto::parse_need(need, blocks).map_err(|e| HttpError::BadNeed(e.to_string()))?,

@@ -92,7 +92,8 @@ impl Server {
             return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()));
         }
         let files = FileTable::new(&cfg.root, cfg.sched.block_size)
-            .map_err(|e| std::io::Error::new(e.kind(), format!("cannot serve {}: {e}", cfg.root.display())))?;
+            .map_err(|e| std::io::Error::new(e.kind(), format!("cannot serve {}: {e}", cfg.root.display())))?
+            .with_dotfiles(cfg.dotfiles);
         let listener = TcpListener::bind(cfg.listen).await?;
         let mut registry = Registry::default();
         let metrics = Arc::new(metrics::Metrics::register(&mut registry));
@@ -231,6 +232,9 @@ impl Server {
                 drop(permit);
             });
         }
+        // New connections are refused from now on, not left waiting in
+        // the backlog of a listener nobody accepts from.
+        drop(self.listener);
         let _ = stop.send(true);
         tracing::info!("shutting down: draining downloads in progress");
         if tokio::time::timeout(self.cfg.drain_timeout, graceful.shutdown()).await.is_err() {

@@ -162,6 +162,39 @@ fn parse_ranges(header: Option<&str>, size: u64) -> Ranges {
     if parts.is_empty() { Ranges::Unsatisfiable } else { Ranges::Parts(parts) }
 }
 
+/// RFC 9112 §3.2: an HTTP/1.1 request carries exactly one `Host` field, and
+/// its value is `uri-host [ ":" port ]` (empty when the target has no
+/// authority). `values` are the request's `Host` field values.
+pub fn host_ok<'a>(mut values: impl Iterator<Item = &'a [u8]>) -> bool {
+    match (values.next(), values.next()) {
+        (Some(v), None) => host_value_ok(v),
+        _ => false,
+    }
+}
+
+fn host_value_ok(v: &[u8]) -> bool {
+    let (host, port) = match v.strip_prefix(b"[") {
+        // IP-literal: hex digits, colons, dots (and IPvFuture's few extras).
+        Some(rest) => match rest.iter().position(|&b| b == b']') {
+            Some(end) if rest[..end].iter().all(|b| b.is_ascii_hexdigit() || b":.vV".contains(b)) => {
+                (&rest[..0], &rest[end + 1..])
+            }
+            _ => return false,
+        },
+        None => match v.iter().rposition(|&b| b == b':') {
+            Some(i) => (&v[..i], &v[i..]),
+            None => (v, &v[..0]),
+        },
+    };
+    let reg_name = |b: &u8| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%".contains(b);
+    let port_ok = match port {
+        [] => true,
+        [b':', digits @ ..] => digits.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    host.iter().all(reg_name) && port_ok
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,6 +286,19 @@ mod tests {
         assert!(!if_range_allows(Some("W/\"abc\""), &v()));
         assert!(if_range_allows(Some(AT), &v()));
         assert!(!if_range_allows(Some(BEFORE), &v()));
+    }
+
+    #[test]
+    fn host_fields() {
+        let one = |v: &'static str| host_ok(std::iter::once(v.as_bytes()));
+        for good in ["example.com", "example.com:8080", "127.0.0.1:80", "[::1]:8080", "[::1]", "", "a-b.c_d~"] {
+            assert!(one(good), "{good:?}");
+        }
+        for bad in ["exa mple.com", "a/b", "host:80x", "[::1", "[::1]x", "a\\b", "h@st", "h:1:2"] {
+            assert!(!one(bad), "{bad:?}");
+        }
+        assert!(!host_ok(std::iter::empty()), "missing");
+        assert!(!host_ok([&b"a"[..], &b"a"[..]].into_iter()), "twice");
     }
 
     #[test]
