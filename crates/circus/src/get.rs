@@ -4,7 +4,7 @@
 use circus_client::{BarProgress, EXIT_CODES, GetError, GetOptions, Mode, Protocol, Report, Sha256Digest};
 use circus_core::ByteSize;
 use clap::Args;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, Args)]
 #[command(after_help = EXIT_CODES)]
@@ -12,10 +12,17 @@ pub struct GetArgs {
     /// The file's http:// URL.
     url: String,
     /// Where to save it (default: the last part of the URL's path, in the
-    /// current directory). PATH.circus-part and PATH.circus-state sit
-    /// beside it until it is complete; run the same command to resume.
+    /// current directory, if no such file exists and it does not start with
+    /// a dot). PATH.circus-part and PATH.circus-state sit beside it until it
+    /// is complete; run the same command to resume. `-` writes the file to
+    /// stdout once it is complete and verified (it is kept in $TMPDIR until
+    /// then, and an interrupted run starts over).
     #[arg(short, long, value_name = "PATH")]
     output: Option<PathBuf>,
+    /// Without -o: replace an existing file of the URL's name, or save
+    /// under a name starting with a dot.
+    #[arg(long)]
+    force: bool,
     /// Plain HTTP only, even from a circus server.
     #[arg(long)]
     plain: bool,
@@ -61,11 +68,10 @@ pub fn main(args: GetArgs) -> anyhow::Result<()> {
 }
 
 fn run(args: GetArgs) -> Result<Report, GetError> {
+    let to_stdout = args.output.as_deref() == Some(Path::new("-"));
     let output = match args.output {
         Some(p) => p,
-        None => circus_client::output_name(&args.url).ok_or_else(|| {
-            GetError::Usage(format!("cannot name the file after {}: give one with -o PATH", args.url))
-        })?,
+        None => circus_client::default_output(&args.url, args.force)?,
     };
     let mut opts = GetOptions::new(args.url, output);
     opts.mode = if args.plain { Mode::Plain } else { Mode::Auto };
@@ -87,7 +93,14 @@ fn run(args: GetArgs) -> Result<Report, GetError> {
         .build()
         .map_err(|source| GetError::Local { action: "start the runtime for", path: opts.output.clone(), source })?;
     let progress = BarProgress::new(args.quiet);
-    runtime.block_on(circus_client::download(&opts, &progress))
+    runtime.block_on(async {
+        if to_stdout {
+            let client = circus_client::http_client(opts.timeout);
+            circus_client::download_to_writer(&client, &opts, &progress, std::io::stdout()).await
+        } else {
+            circus_client::download(&opts, &progress).await
+        }
+    })
 }
 
 fn summary(r: &Report) -> String {
@@ -97,12 +110,10 @@ fn summary(r: &Report) -> String {
         Protocol::Native => "native",
         Protocol::Plain => "plain HTTP",
     };
-    let mut s = format!(
-        "saved {} ({} bytes) in {secs:.1} s, {:.1} MB/s, {how}",
-        r.path.display(),
-        r.bytes,
-        fresh as f64 / secs / 1e6
-    );
+    let place = if r.path == Path::new("-") { "stdout".to_owned() } else { r.path.display().to_string() };
+    let verb = if r.path == Path::new("-") { "wrote to" } else { "saved" };
+    let mut s =
+        format!("{verb} {place} ({} bytes) in {secs:.1} s, {:.1} MB/s, {how}", r.bytes, fresh as f64 / secs / 1e6);
     if r.resumed_bytes > 0 {
         s.push_str(&format!(", resumed after {} bytes", r.resumed_bytes));
     }

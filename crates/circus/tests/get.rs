@@ -20,17 +20,37 @@ impl Drop for Running {
     }
 }
 
+/// What a `circus get` run did.
+struct Run {
+    code: i32,
+    stdout: Vec<u8>,
+    stderr: String,
+}
+
 /// Runs `circus get ARGS` to completion (at most a minute).
 fn get(args: &[&str]) -> (i32, String) {
-    let child = Command::new(BIN)
-        .arg("get")
-        .args(args)
-        .env("CIRCUS_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut child = Running(child);
+    let run = get_in(None, args);
+    (run.code, run.stderr)
+}
+
+/// Runs `circus get ARGS` in `cwd` (default: the test's), collecting its
+/// output as it comes so that a large stdout cannot block it.
+fn get_in(cwd: Option<&std::path::Path>, args: &[&str]) -> Run {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("get").args(args).env("CIRCUS_LOG", "warn").stdout(Stdio::piped()).stderr(Stdio::piped());
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
+    let mut child = Running(cmd.spawn().unwrap());
+    let drain = |mut r: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            r.read_to_end(&mut v).unwrap();
+            v
+        })
+    };
+    let stdout = drain(Box::new(child.0.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.0.stderr.take().unwrap()));
     let started = Instant::now();
     let status = loop {
         if let Some(status) = child.0.try_wait().unwrap() {
@@ -39,9 +59,19 @@ fn get(args: &[&str]) -> (i32, String) {
         assert!(started.elapsed() < Duration::from_secs(60), "circus get hung");
         std::thread::sleep(Duration::from_millis(20));
     };
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut stderr).unwrap();
-    (status.code().unwrap_or(-1), stderr)
+    Run {
+        code: status.code().unwrap_or(-1),
+        stdout: stdout.join().unwrap(),
+        stderr: String::from_utf8_lossy(&stderr.join().unwrap()).into_owned(),
+    }
+}
+
+/// The names in `dir`, sorted.
+fn names(dir: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    v.sort();
+    v
 }
 
 #[test]
@@ -87,4 +117,74 @@ fn get_with_a_bad_url_or_digest_exits_1() {
     let (code, stderr) = get(&["http://127.0.0.1:9/f", "--expect-digest", "md5:00"]);
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("--expect-digest"), "{stderr}");
+}
+
+#[test]
+fn get_without_o_keeps_an_existing_file_unless_forced() {
+    let served = tempfile::tempdir().unwrap();
+    let data = b"fresh content\n".repeat(1000);
+    std::fs::write(served.path().join("f.bin"), &data).unwrap();
+    let server = common::serve(&[served.path().to_str().unwrap()]);
+    let url = format!("http://{}/f.bin", server.addr);
+    let cwd = tempfile::tempdir().unwrap();
+    let mine = cwd.path().join("f.bin");
+    std::fs::write(&mine, b"my own notes").unwrap();
+
+    let run = get_in(Some(cwd.path()), &[&url]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("f.bin") && run.stderr.contains("--force"), "{}", run.stderr);
+    assert_eq!(run.stderr.trim().lines().count(), 1, "one line: {}", run.stderr);
+    assert_eq!(std::fs::read(&mine).unwrap(), b"my own notes");
+    assert_eq!(names(cwd.path()), ["f.bin"], "no part or state file either");
+
+    let run = get_in(Some(cwd.path()), &[&url, "--force"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(std::fs::read(&mine).unwrap(), data);
+    // With -o the name is the user's own choice: it is replaced as before.
+    let run = get_in(Some(cwd.path()), &[&url, "-o", "f.bin"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+}
+
+#[test]
+fn get_without_o_writes_no_dotfile_named_by_the_url() {
+    let served = tempfile::tempdir().unwrap();
+    let server = common::serve(&[served.path().to_str().unwrap()]);
+    let cwd = tempfile::tempdir().unwrap();
+    for path in ["/.bashrc", "/home/me/.ssh%2Fauthorized_keys", "/%2Eprofile"] {
+        let url = format!("http://{}{path}", server.addr);
+        let run = get_in(Some(cwd.path()), &[&url]);
+        assert_eq!(run.code, 1, "{path}: {}", run.stderr);
+        assert!(run.stderr.contains("-o"), "{path}: {}", run.stderr);
+        assert!(names(cwd.path()).is_empty(), "{path}: {:?}", names(cwd.path()));
+    }
+    // --force lets a dotfile through: what fails then is the server's 404
+    // (circus serve hides dotfiles), not the name.
+    let url = format!("http://{}/.bashrc", server.addr);
+    let run = get_in(Some(cwd.path()), &[&url, "--force"]);
+    assert_eq!(run.code, 4, "{}", run.stderr);
+    assert!(names(cwd.path()).is_empty(), "{:?}", names(cwd.path()));
+}
+
+#[test]
+fn get_to_stdout_writes_only_verified_bytes() {
+    let served = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..1_500_000u32).map(|i| (i.wrapping_mul(2_246_822_519) >> 24) as u8).collect();
+    std::fs::write(served.path().join("f.bin"), &data).unwrap();
+    let server = common::serve(&[served.path().to_str().unwrap()]);
+    let cwd = tempfile::tempdir().unwrap();
+    let url = format!("http://{}/f.bin", server.addr);
+    for extra in [None, Some("--plain")] {
+        let mut args = vec![url.as_str(), "-o", "-"];
+        args.extend(extra);
+        let run = get_in(Some(cwd.path()), &args);
+        assert_eq!(run.code, 0, "{extra:?}: {}", run.stderr);
+        assert!(run.stdout == data, "{extra:?}: {} bytes on stdout", run.stdout.len());
+        assert!(run.stderr.contains("stdout"), "{extra:?}: the summary goes to stderr: {}", run.stderr);
+        assert!(names(cwd.path()).is_empty(), "{extra:?}: {:?}", names(cwd.path()));
+    }
+    // A failed download writes nothing to stdout.
+    let run = get_in(Some(cwd.path()), &[&format!("http://{}/nope", server.addr), "-o", "-"]);
+    assert_eq!(run.code, 4, "{}", run.stderr);
+    assert!(run.stdout.is_empty());
+    assert!(names(cwd.path()).is_empty(), "{:?}", names(cwd.path()));
 }

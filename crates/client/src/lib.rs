@@ -44,24 +44,30 @@
 //! ```
 //!
 //! Many downloads in one process (a benchmark) share one [`HttpClient`]
-//! through [`download_with`].
+//! through [`download_with`]. [`download_to_writer`] sends the verified file
+//! to a writer (`circus get -o -`: stdout); [`default_output`] is the name
+//! `circus get` saves under when given none.
 
 mod digest;
 mod error;
 mod fetch;
 mod native;
+mod output;
 mod part;
 mod plain;
 mod progress;
 mod session;
 mod state;
 mod throttle;
+mod to_writer;
 mod verify;
 
 pub use digest::Sha256Digest;
 pub use error::{EXIT_CODES, GetError};
 pub use fetch::{HttpClient, http_client};
+pub use output::{default_output, output_name};
 pub use progress::{BarProgress, ProgressSink};
+pub use to_writer::download_to_writer;
 
 use std::{path::PathBuf, time::Duration};
 
@@ -166,45 +172,4 @@ pub async fn download_with(
     progress: &dyn ProgressSink,
 ) -> Result<Report, GetError> {
     session::download(client, opts, progress).await
-}
-
-/// The file name a URL suggests: its last path segment, percent-decoded.
-/// `None` when there is none (`http://host/`) or it is not a plain name.
-pub fn output_name(url: &str) -> Option<PathBuf> {
-    let uri: http::Uri = url.parse().ok()?;
-    let segment = uri.path().rsplit('/').next()?;
-    let name = percent_decode(segment)?;
-    let plain = !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\0']);
-    plain.then(|| PathBuf::from(name))
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    let mut out = Vec::with_capacity(s.len());
-    let mut bytes = s.bytes();
-    while let Some(b) = bytes.next() {
-        if b == b'%' {
-            let hex = [bytes.next()?, bytes.next()?];
-            out.push(u8::from_str_radix(std::str::from_utf8(&hex).ok()?, 16).ok()?);
-        } else {
-            out.push(b);
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn output_names_from_urls() {
-        let name = |u| output_name(u).map(|p| p.display().to_string());
-        assert_eq!(name("http://h/iso/big.iso").as_deref(), Some("big.iso"));
-        assert_eq!(name("http://h/a%20b.bin?x=1").as_deref(), Some("a b.bin"));
-        assert_eq!(name("http://h/"), None);
-        assert_eq!(name("http://h"), None);
-        assert_eq!(name("http://h/x/.."), None);
-        assert_eq!(name("http://h/a%2Fb"), None);
-        assert_eq!(name("http://h/bad%zz"), None);
-    }
 }
