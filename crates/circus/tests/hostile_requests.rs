@@ -74,8 +74,9 @@ fn a_circus_need_given_twice_or_not_in_ascii_is_400() {
     let native = "accept: application/vnd.circus.blocks\r\n";
     let ok = format!("GET /big.bin HTTP/1.1\r\nhost: a\r\n{native}circus-need: 0-3\r\nconnection: close\r\n\r\n");
     assert_eq!(status_of(&s.addr, ok.as_bytes()), 200);
-    let twice =
-        format!("GET /big.bin HTTP/1.1\r\nhost: a\r\n{native}circus-need: 0-3\r\ncircus-need: 5\r\nconnection: close\r\n\r\n");
+    let twice = format!(
+        "GET /big.bin HTTP/1.1\r\nhost: a\r\n{native}circus-need: 0-3\r\ncircus-need: 5\r\nconnection: close\r\n\r\n"
+    );
     assert_eq!(status_of(&s.addr, twice.as_bytes()), 400);
     // "0-3" with an Arabic-Indic three.
     let mut odd = format!("GET /big.bin HTTP/1.1\r\nhost: a\r\n{native}circus-need: 0-").into_bytes();

@@ -18,7 +18,10 @@ use circus_store::StoreError;
 use rustc_hash::FxHashMap;
 use std::{
     ops::Range,
-    sync::{Arc, atomic::AtomicU64, atomic::Ordering},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
     time::Instant,
 };
 use tokio::sync::{Semaphore, mpsc, oneshot};
@@ -80,6 +83,9 @@ pub struct DriverHandle {
     next_id: Arc<AtomicU64>,
     max_queued: usize,
     arena: Option<Arc<Arena>>,
+    /// Blocks queued for clients (handed over, not yet taken by their
+    /// sockets) pin half the cache or more.
+    pressure: Arc<AtomicBool>,
 }
 
 impl DriverHandle {
@@ -111,6 +117,12 @@ impl DriverHandle {
         self.send(Cmd::Leave { id });
     }
 
+    /// Whether blocks queued for clients pin half the cache or more, so
+    /// that stalled connections crowd out reads for the others.
+    pub fn under_pressure(&self) -> bool {
+        self.pressure.load(Ordering::Relaxed)
+    }
+
     /// The scheduler's state and running totals.
     pub async fn status(&self) -> Option<(Status, Counters)> {
         let (reply, rx) = oneshot::channel();
@@ -128,6 +140,8 @@ struct Client {
     tx: mpsc::Sender<Delivery>,
     file: FileId,
     joined: Instant,
+    /// Blocks handed over and not yet reported sent (they stay pinned).
+    queued: u64,
 }
 
 struct Driver {
@@ -144,6 +158,11 @@ struct Driver {
     tx: mpsc::UnboundedSender<Cmd>,
     started: Instant,
     metrics: Arc<Metrics>,
+    /// Blocks queued for all clients, and the count at which they pin half
+    /// the budget.
+    queued: u64,
+    pressure_at: u64,
+    pressure: Arc<AtomicBool>,
     /// The scheduler's actions for the command at hand, carried out in
     /// order once it is fed in (the buffer is kept: a run of sent blocks is
     /// the hot path, one command per run rather than an allocation per block).
@@ -169,6 +188,8 @@ pub fn spawn(cfg: SchedConfig, storage: Storage, metrics: Arc<Metrics>) -> Drive
     // Favoring storage, a holder that stops sending is let go on a Tick
     // (rule C13); nothing else needs the scheduler to see time pass.
     let tick = (cfg.favor == Favor::Storage).then(|| std::time::Duration::from_nanos(HOLD_STALL_NANOS / 8));
+    let pressure = Arc::new(AtomicBool::new(false));
+    let pressure_at = (cfg.cache_bytes / 2 / u64::from(cfg.block_size)).max(1);
     let mut driver = Driver {
         sched: Scheduler::new(cfg),
         cache: FxHashMap::default(),
@@ -180,6 +201,9 @@ pub fn spawn(cfg: SchedConfig, storage: Storage, metrics: Arc<Metrics>) -> Drive
         tx: tx.clone(),
         started: Instant::now(),
         metrics,
+        queued: 0,
+        pressure_at,
+        pressure: pressure.clone(),
         actions: Vec::new(),
     };
     tokio::spawn(async move {
@@ -201,7 +225,7 @@ pub fn spawn(cfg: SchedConfig, storage: Storage, metrics: Arc<Metrics>) -> Drive
             }
         }
     });
-    DriverHandle { tx, next_id: Arc::new(AtomicU64::new(1)), max_queued, arena }
+    DriverHandle { tx, next_id: Arc::new(AtomicU64::new(1)), max_queued, arena, pressure }
 }
 
 impl Driver {
@@ -217,6 +241,12 @@ impl Driver {
                     let bytes: u64 = blocks.clone().map(|b| u64::from(layout.block_len(b))).sum();
                     self.metrics.sent_bytes.inc_by(bytes);
                 }
+                if let Some(c) = self.clients.get_mut(&id) {
+                    let n = (blocks.end - blocks.start) as u64;
+                    let n = n.min(c.queued);
+                    c.queued -= n;
+                    self.queued -= n;
+                }
                 let now = self.now();
                 for block in blocks {
                     self.actions.extend(self.sched.on_event(now, Event::Sent { client: id, block }));
@@ -227,7 +257,7 @@ impl Driver {
             Cmd::Join { id, file, have, in_order, tx } => {
                 let event = Event::Join { client: id, file: file.id, len: file.size, have: Some(have), in_order };
                 self.retain_file(&file);
-                self.clients.insert(id, Client { tx, file: file.id, joined: Instant::now() });
+                self.clients.insert(id, Client { tx, file: file.id, joined: Instant::now(), queued: 0 });
                 event
             }
             Cmd::Leave { id } => {
@@ -279,6 +309,7 @@ impl Driver {
         }
         self.actions = actions;
         self.metrics.resident_bytes.set(self.sched.used_bytes() as i64);
+        self.pressure.store(self.queued >= self.pressure_at, Ordering::Relaxed);
     }
 
     fn act(&mut self, action: Action) {
@@ -286,10 +317,12 @@ impl Driver {
             Action::Read { file, block } => self.read(file, block),
             Action::Send { client, file, block } => {
                 let bytes = self.cache.get(&(file, block)).expect("scheduler sends only resident blocks").clone();
-                if let Some(c) = self.clients.get(&client) {
+                if let Some(c) = self.clients.get_mut(&client) {
                     // Cannot be full (see DriverHandle::join); a closed channel
                     // means the connection is gone and its Leave is on the way.
                     let _ = c.tx.try_send(Delivery::Block(block, bytes));
+                    c.queued += 1;
+                    self.queued += 1;
                 }
             }
             Action::Evict { file, block } => {
@@ -348,6 +381,7 @@ impl Driver {
 
     fn forget_client(&mut self, id: ClientId) -> Option<Client> {
         let c = self.clients.remove(&id)?;
+        self.queued -= c.queued;
         self.release_file(c.file);
         Some(c)
     }

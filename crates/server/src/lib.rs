@@ -29,6 +29,7 @@
 //! # }
 //! ```
 
+mod activity;
 mod arena;
 mod body;
 pub mod config;
@@ -152,7 +153,10 @@ impl Server {
             // object to 50 clients) and rules out sendfile; pipelined small
             // hits are batched by the hit lane before hyper instead.
             .max_buf_size(self.cfg.max_header_bytes.max(8192));
-        builder.http2().max_header_list_size(self.cfg.max_header_bytes as u32);
+        builder
+            .http2()
+            .max_header_list_size(self.cfg.max_header_bytes as u32)
+            .max_concurrent_streams(self.cfg.max_streams);
         let builder = Arc::new(builder);
         let graceful = GracefulShutdown::new();
         // Tells connections still in the hit lane to close; hyper's are
@@ -160,6 +164,8 @@ impl Server {
         let (stop, stopping) = tokio::sync::watch::channel(false);
         let limits = hitlane::Limits { idle: self.cfg.header_timeout, max_head: self.cfg.max_header_bytes };
         let slots = Arc::new(Semaphore::new(self.cfg.max_connections));
+        let per_address = Arc::new(PerAddress::new(self.cfg.max_connections_per_ip));
+        let send_timeout = self.cfg.send_timeout;
         tokio::pin!(shutdown);
         loop {
             let (stream, peer) = tokio::select! {
@@ -186,7 +192,8 @@ impl Server {
             }
             let state = self.state.clone();
             let permit = slots.clone().try_acquire_owned().ok();
-            let busy = permit.is_none();
+            let address = per_address.admit(peer.ip());
+            let busy = permit.is_none() || address.is_none();
             // Resident small objects (of the origin tier, or whole small
             // local files) are answered before hyper sees the connection
             // (Lava's hit server).
@@ -199,37 +206,20 @@ impl Server {
                 (builder.clone(), self.arena.clone(), graceful.watcher(), stopping.clone());
             let metrics = self.state.metrics.clone();
             let answered = metrics.requests.get_or_create(&metrics::StatusLabel { code: 200 }).clone();
+            let activity = activity::Activity::new();
+            let driver = state.driver.clone();
+            let conn = Connection { state, lane, limits, stopping, answered, busy, builder, arena, activity };
             tokio::spawn(async move {
                 metrics.connections.inc();
-                let (stream, unread) = match lane {
-                    None => (stream, Bytes::new()),
-                    Some(tier) => match hitlane::run(stream, &*tier, limits, stopping, &answered).await {
-                        Ok(hitlane::Exit::HandOff(stream, unread)) => (stream, unread),
-                        Ok(hitlane::Exit::Closed) | Err(_) => {
-                            metrics.connections.dec();
-                            return;
-                        }
-                    },
-                };
-                let service = service_fn(move |req| {
-                    let state = state.clone();
-                    async move {
-                        if busy {
-                            let mut res = http::error_response(&HttpError::Busy);
-                            res.headers_mut()
-                                .insert(::http::header::CONNECTION, ::http::HeaderValue::from_static("close"));
-                            return Ok::<_, std::convert::Infallible>(res);
-                        }
-                        Ok(http::handle(state, req).await)
-                    }
-                });
-                let io = TokioIo::new(SendfileStream::new(stream, arena).with_unread(unread));
-                let conn = builder.serve_connection(io, service).into_owned();
-                if let Err(e) = watcher.watch(conn).await {
-                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                // The watchdog closes the connection by dropping it
+                // (whether it is in the hit lane or with hyper).
+                let watchdog = activity::watch(conn.activity.clone(), send_timeout, move || driver.under_pressure());
+                tokio::select! {
+                    () = conn.serve(stream, watcher) => {}
+                    verdict = watchdog => tracing::debug!(%peer, ?verdict, "connection closed by the watchdog"),
                 }
                 metrics.connections.dec();
-                drop(permit);
+                drop((permit, address));
             });
         }
         // New connections are refused from now on, not left waiting in
@@ -241,6 +231,99 @@ impl Server {
             tracing::warn!("drain timeout passed; closing remaining connections");
         }
         Ok(())
+    }
+}
+
+/// One accepted connection and what serving it needs.
+struct Connection {
+    state: Arc<AppState>,
+    lane: Option<Arc<dyn hitlane::HitSource>>,
+    limits: hitlane::Limits,
+    stopping: tokio::sync::watch::Receiver<bool>,
+    answered: prometheus_client::metrics::counter::Counter,
+    /// Over a connection cap: every request is answered 503.
+    busy: bool,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    arena: Option<Arc<arena::Arena>>,
+    activity: Arc<activity::Activity>,
+}
+
+impl Connection {
+    /// The hit lane first, then hyper for the rest of the connection's life.
+    async fn serve(self, stream: tokio::net::TcpStream, watcher: hyper_util::server::graceful::Watcher) {
+        let Connection { state, lane, limits, stopping, answered, busy, builder, arena, activity } = self;
+        let peer = stream.peer_addr().ok();
+        let (stream, unread) = match lane {
+            None => (stream, Bytes::new()),
+            Some(tier) => match hitlane::run(stream, &*tier, limits, stopping, &answered).await {
+                Ok(hitlane::Exit::HandOff(stream, unread)) => (stream, unread),
+                Ok(hitlane::Exit::Closed) | Err(_) => return,
+            },
+        };
+        let counted = activity.clone();
+        let service = service_fn(move |req| {
+            let state = state.clone();
+            let in_flight = counted.response();
+            async move {
+                let res = if busy {
+                    let mut res = http::error_response(&HttpError::Busy);
+                    res.headers_mut().insert(::http::header::CONNECTION, ::http::HeaderValue::from_static("close"));
+                    res
+                } else {
+                    http::handle(state, req).await
+                };
+                Ok::<_, std::convert::Infallible>(res.map(|body| activity::Counted::new(body, in_flight)))
+            }
+        });
+        let io = TokioIo::new(SendfileStream::new(stream, arena).with_unread(unread).with_activity(activity));
+        let conn = builder.serve_connection(io, service).into_owned();
+        if let Err(e) = watcher.watch(conn).await {
+            tracing::debug!(?peer, error = %e, "connection ended with an error");
+        }
+    }
+}
+
+/// Connections per client address, capped.
+#[derive(Debug)]
+struct PerAddress {
+    cap: usize,
+    open: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
+}
+
+impl PerAddress {
+    fn new(cap: usize) -> Self {
+        PerAddress { cap, open: Default::default() }
+    }
+
+    /// A place for one more connection from `ip`, or `None` at the cap.
+    fn admit(self: &Arc<Self>, ip: std::net::IpAddr) -> Option<AddressSlot> {
+        if self.cap == 0 {
+            return Some(AddressSlot(None));
+        }
+        let mut open = self.open.lock().expect("per-address lock");
+        let n = open.entry(ip).or_insert(0);
+        if *n >= self.cap {
+            return None;
+        }
+        *n += 1;
+        Some(AddressSlot(Some((self.clone(), ip))))
+    }
+}
+
+/// Held while a connection lives; gives its address's place back.
+struct AddressSlot(Option<(Arc<PerAddress>, std::net::IpAddr)>);
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        if let Some((table, ip)) = &self.0 {
+            let mut open = table.open.lock().expect("per-address lock");
+            if let Some(n) = open.get_mut(ip) {
+                *n -= 1;
+                if *n == 0 {
+                    open.remove(ip);
+                }
+            }
+        }
     }
 }
 

@@ -33,12 +33,19 @@ pub struct SendfileStream {
     wrote: bool,
     /// Read from the socket by the hit lane, not yet by hyper.
     unread: Bytes,
+    /// Stamped on every byte read or written, for the watchdog.
+    activity: Option<Arc<crate::activity::Activity>>,
 }
 
 impl SendfileStream {
     /// Without an arena every write is an ordinary one.
     pub fn new(inner: TcpStream, arena: Option<Arc<Arena>>) -> Self {
-        SendfileStream { inner, arena, wrote: false, unread: Bytes::new() }
+        SendfileStream { inner, arena, wrote: false, unread: Bytes::new(), activity: None }
+    }
+
+    /// Stamps `activity` on every byte read or written.
+    pub fn with_activity(self, activity: Arc<crate::activity::Activity>) -> Self {
+        SendfileStream { activity: Some(activity), ..self }
     }
 
     /// Reads yield `unread` before anything from the socket.
@@ -92,7 +99,14 @@ impl AsyncRead for SendfileStream {
             }
             return Poll::Ready(Ok(()));
         }
-        Pin::new(&mut self.inner).poll_read(cx, buf)
+        let before = buf.filled().len();
+        let read = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before
+            && let Some(a) = &self.activity
+        {
+            a.read();
+        }
+        read
     }
 }
 
@@ -109,6 +123,9 @@ impl AsyncWrite for SendfileStream {
         let written = self.as_mut().write_vectored(cx, bufs);
         if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
             self.wrote = true;
+            if let Some(a) = &self.activity {
+                a.wrote();
+            }
         }
         written
     }

@@ -1,0 +1,197 @@
+//! What a connection is doing, for the watchdog that closes the ones that
+//! hold the server back: a response whose client takes no byte for the send
+//! timeout (nginx's `send_timeout`), a stalled response while stalled
+//! responses pin so much of the cache that reads wait (so a few hundred
+//! sockets that stop reading cannot starve every other download), and an
+//! idle connection (an HTTP/2 connection with no stream open) after the
+//! same timeout.
+//!
+//! The socket wrapper stamps every read and write; each response body
+//! counts itself in flight while it lives.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+/// A stalled response is closed after this long when the cache is short.
+pub(crate) const STALL_UNDER_PRESSURE: Duration = Duration::from_secs(3);
+
+/// Shared by a connection's socket wrapper, its responses and its watchdog.
+#[derive(Debug)]
+pub(crate) struct Activity {
+    start: Instant,
+    /// Milliseconds since `start` of the last byte the client took.
+    last_write: AtomicU64,
+    /// ... and of the last byte received.
+    last_read: AtomicU64,
+    /// Responses whose bodies are still being sent.
+    in_flight: AtomicUsize,
+}
+
+/// Why the watchdog closes a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    Keep,
+    /// A response made no progress for the send timeout.
+    SendTimeout,
+    /// A response is stalled while stalled responses crowd out reads.
+    StalledUnderPressure,
+    /// No response and no traffic for the timeout.
+    Idle,
+}
+
+impl Activity {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Activity {
+            start: Instant::now(),
+            last_write: AtomicU64::new(0),
+            last_read: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
+        })
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    pub fn wrote(&self) {
+        self.last_write.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    pub fn read(&self) {
+        self.last_read.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// Counts a response in flight until the guard drops.
+    pub fn response(self: &Arc<Self>) -> InFlight {
+        if self.in_flight.fetch_add(1, Ordering::Relaxed) == 0 {
+            // Progress is measured from the response's start.
+            self.wrote();
+        }
+        InFlight(self.clone())
+    }
+
+    /// Whether the connection has no response in flight.
+    pub fn is_idle(&self) -> bool {
+        self.in_flight.load(Ordering::Relaxed) == 0
+    }
+
+    /// Milliseconds since the last byte either way.
+    pub fn quiet_ms(&self) -> u64 {
+        let last = self.last_write.load(Ordering::Relaxed).max(self.last_read.load(Ordering::Relaxed));
+        self.now_ms().saturating_sub(last)
+    }
+
+    /// What the watchdog should do now. `pressure`: stalled responses pin
+    /// enough of the cache that reads are short of memory.
+    pub fn verdict(&self, timeout: Duration, pressure: bool) -> Verdict {
+        let now = self.now_ms();
+        let timeout = timeout.as_millis() as u64;
+        if self.is_idle() {
+            return if self.quiet_ms() >= timeout { Verdict::Idle } else { Verdict::Keep };
+        }
+        let stalled = now.saturating_sub(self.last_write.load(Ordering::Relaxed));
+        if stalled >= timeout {
+            Verdict::SendTimeout
+        } else if pressure && stalled >= STALL_UNDER_PRESSURE.as_millis() as u64 {
+            Verdict::StalledUnderPressure
+        } else {
+            Verdict::Keep
+        }
+    }
+}
+
+/// A response in flight; dropping it ends the count.
+#[derive(Debug)]
+pub(crate) struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Resolves when the watchdog would close the connection; checks a few
+/// times per stall period. `pressure` is read at each check.
+pub(crate) async fn watch(activity: Arc<Activity>, timeout: Duration, pressure: impl Fn() -> bool) -> Verdict {
+    let period = (timeout / 4).min(STALL_UNDER_PRESSURE / 3).max(Duration::from_millis(100));
+    loop {
+        tokio::time::sleep(period).await;
+        match activity.verdict(timeout, pressure()) {
+            Verdict::Keep => {}
+            v => return v,
+        }
+    }
+}
+
+/// A response body counted in flight while it lives.
+pub(crate) struct Counted<B> {
+    inner: B,
+    _in_flight: InFlight,
+}
+
+impl<B> Counted<B> {
+    pub fn new(inner: B, in_flight: InFlight) -> Self {
+        Counted { inner, _in_flight: in_flight }
+    }
+}
+
+impl<B: http_body::Body + Unpin> http_body::Body for Counted<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
+        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts() {
+        let a = Activity::new();
+        let t = Duration::from_secs(60);
+        assert_eq!(a.verdict(t, true), Verdict::Keep);
+        assert_eq!(a.verdict(Duration::ZERO, false), Verdict::Idle);
+        let r = a.response();
+        assert!(!a.is_idle());
+        assert_eq!(a.verdict(Duration::ZERO, false), Verdict::SendTimeout);
+        assert_eq!(a.verdict(t, true), Verdict::Keep, "a response just started is not stalled");
+        a.last_write.store(0, Ordering::Relaxed);
+        let a2 = Activity { start: Instant::now() - Duration::from_secs(5), ..Activity::clone_counts(&a) };
+        a2.in_flight.store(1, Ordering::Relaxed);
+        assert_eq!(a2.verdict(t, false), Verdict::Keep);
+        assert_eq!(a2.verdict(t, true), Verdict::StalledUnderPressure);
+        assert_eq!(a2.verdict(Duration::from_secs(4), false), Verdict::SendTimeout);
+        drop(r);
+        assert!(a.is_idle());
+    }
+
+    impl Activity {
+        fn clone_counts(a: &Activity) -> Activity {
+            Activity {
+                start: a.start,
+                last_write: AtomicU64::new(a.last_write.load(Ordering::Relaxed)),
+                last_read: AtomicU64::new(a.last_read.load(Ordering::Relaxed)),
+                in_flight: AtomicUsize::new(0),
+            }
+        }
+    }
+}
