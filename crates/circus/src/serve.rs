@@ -102,7 +102,8 @@ pub struct ServeArgs {
     /// after it too (default 60).
     #[arg(long, value_name = "SECS")]
     send_timeout: Option<u64>,
-    /// Connections one client address may hold at once (default 256; 0: no cap).
+    /// Connections one client address may hold at once (default 0: no cap;
+    /// behind a NAT many users share one address).
     #[arg(long)]
     max_connections_per_ip: Option<usize>,
     /// Streams one HTTP/2 connection may have open at once (default 100).

@@ -66,7 +66,7 @@ impl ServeConfig {
             origin: None,
             dotfiles: false,
             send_timeout: Duration::from_secs(60),
-            max_connections_per_ip: 256,
+            max_connections_per_ip: 0,
             max_streams: 100,
         }
     }
@@ -126,7 +126,7 @@ pub struct FileConfig {
     pub dotfiles: Option<bool>,
     /// Seconds without progress before a connection is closed (default 60).
     pub send_timeout_secs: Option<u64>,
-    /// Connections per client address (default 256; 0: no cap).
+    /// Connections per client address (default 0: no cap).
     pub max_connections_per_ip: Option<usize>,
     /// Open streams per HTTP/2 connection (default 100).
     pub max_streams: Option<u32>,
