@@ -73,10 +73,11 @@ impl FileVersion {
     }
 
     /// How long to wait before this version can be trusted at `now`: zero
-    /// once its last change is more than [`SETTLE`] in the past (a change
-    /// dated in the future counts as recent).
+    /// once its last change (the ctime, which only the kernel sets: an
+    /// mtime may be anything, the future included) is more than [`SETTLE`]
+    /// in the past.
     pub fn unsettled_for(&self, now: SystemTime) -> Duration {
-        let changed = self.ctime.max(self.mtime).to_system_time();
+        let changed = self.ctime.to_system_time();
         match now.duration_since(changed) {
             Ok(age) => SETTLE.saturating_sub(age),
             Err(_) => SETTLE,
@@ -121,5 +122,11 @@ mod tests {
         assert_eq!(v.unsettled_for(changed + SETTLE), Duration::ZERO);
         assert_eq!(v.unsettled_for(changed - Duration::from_secs(1)), SETTLE);
         assert_eq!(v.modified(), std::fs::metadata(&path).unwrap().modified().unwrap());
+        // An mtime in the future (clock skew, an extracted archive) is no
+        // reason to wait: only the kernel's ctime counts.
+        let future = SystemTime::now() + Duration::from_secs(3600);
+        std::fs::File::options().write(true).open(&path).unwrap().set_modified(future).unwrap();
+        let v = FileVersion::of(&std::fs::metadata(&path).unwrap());
+        assert_eq!(v.unsettled_for(v.ctime.to_system_time() + SETTLE), Duration::ZERO);
     }
 }
