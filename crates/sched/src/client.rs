@@ -43,6 +43,8 @@ pub(crate) struct ClientState {
     /// When it last handed a block to its socket (or joined): a holder that
     /// stops sending is let go.
     pub last_sent: Nanos,
+    /// Its socket stopped taking blocks: picks nothing until it resumes.
+    pub parked: bool,
 }
 
 impl ClientState {
@@ -62,6 +64,7 @@ impl ClientState {
             taken: 0,
             holds: false,
             last_sent: now,
+            parked: false,
         }
     }
 

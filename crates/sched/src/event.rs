@@ -25,6 +25,15 @@ pub enum Event {
     ReadFailed { file: FileId, block: BlockIdx, fault: ReadFault, detail: String },
     /// The client went away (disconnect, cancel). Its queued blocks unpin.
     Leave { client: ClientId },
+    /// The client's socket stopped taking blocks, so the driver took back
+    /// the ones it had for it and had not yet handed to the socket
+    /// (`returned`). They unpin, the blocks it waits for reads of are given
+    /// up too, and it is picked nothing more until `Resume`: a client that
+    /// stops reading then pins only what its socket holds. Blocks the
+    /// socket took come back as `Sent` as usual.
+    Park { client: ClientId, returned: Vec<BlockIdx> },
+    /// A parked client's socket wants blocks again.
+    Resume { client: ClientId },
     /// Time passed with nothing else to report.
     Tick,
 }

@@ -31,6 +31,9 @@ pub struct Counters {
     pub evictions: u64,
     pub completed: u64,
     pub failed: u64,
+    /// Clients whose queued blocks were taken back because their sockets
+    /// stopped taking them.
+    pub parked: u64,
 }
 
 #[derive(Debug)]
@@ -107,6 +110,8 @@ impl Scheduler {
             Event::Loaded { file, block } => self.loaded(file, block),
             Event::ReadFailed { file, block, fault, detail } => self.read_failed(file, block, fault, detail),
             Event::Leave { client } => self.remove_client(client),
+            Event::Park { client, returned } => self.park(client, &returned),
+            Event::Resume { client } => self.resume(client),
             Event::Tick => self.release_stalled_holders(),
         }
         self.wake_gated();
@@ -183,7 +188,7 @@ impl Scheduler {
         loop {
             let Some(client) = self.clients.get(&id) else { return };
             let queued = client.queue.len();
-            if queued >= self.cfg.max_queued() as usize || client.all_picked() {
+            if queued >= self.cfg.max_queued() as usize || client.all_picked() || client.parked {
                 return;
             }
             let file = &self.files[&client.file];
@@ -521,6 +526,58 @@ impl Scheduler {
         }
     }
 
+    /// Takes back what a client whose socket stopped taking blocks had
+    /// queued: the blocks the driver returned and those still waiting for a
+    /// read. They count as never picked. The blocks left in its queue are
+    /// in its socket and come back as `Sent`.
+    fn park(&mut self, id: ClientId, returned: &[BlockIdx]) {
+        if !self.clients.contains_key(&id) {
+            return;
+        }
+        // A client that stops reading holds nothing back for others (C13).
+        self.release_holder(id);
+        let client = self.clients.get_mut(&id).expect("checked above");
+        client.parked = true;
+        let file_id = client.file;
+        let file = &self.files[&file_id];
+        let (dropped, kept): (Vec<BlockIdx>, Vec<BlockIdx>) =
+            client.queue.iter().partition(|&&b| returned.contains(&b) || !file.resident.contains(b));
+        debug_assert!(returned.iter().all(|b| dropped.contains(b)), "{id} returned blocks it was not sent");
+        client.queue = kept;
+        for &b in &dropped {
+            client.have.remove(b);
+        }
+        if let Some(&first) = dropped.iter().min().filter(|_| client.in_order) {
+            // An in-order client goes on from its first block given back.
+            client.cursor = first;
+        }
+        self.counters.parked += 1;
+        self.give_up(id, file_id, &dropped);
+    }
+
+    fn resume(&mut self, id: ClientId) {
+        if let Some(client) = self.clients.get_mut(&id).filter(|c| c.parked) {
+            client.parked = false;
+            self.fill(id);
+        }
+    }
+
+    /// Unpins `blocks` queued for `id`, and stops waiting for their reads
+    /// on its account (a read nobody waits for any more is not started).
+    fn give_up(&mut self, id: ClientId, file_id: FileId, blocks: &[BlockIdx]) {
+        for &b in blocks {
+            let file = self.files.get_mut(&file_id).expect("client's file present");
+            if let Some(ws) = file.waiters.get_mut(&b) {
+                ws.retain(|&w| w != id);
+                if ws.is_empty() {
+                    file.waiters.remove(&b);
+                    file.deferred.remove(b);
+                }
+            }
+            self.unpin(file_id, b);
+        }
+    }
+
     fn unpin(&mut self, file_id: FileId, b: BlockIdx) {
         let file = self.files.get_mut(&file_id).expect("pinned block's file present");
         let i = b as usize;
@@ -583,18 +640,7 @@ impl Scheduler {
         self.release_holder(id);
         let Some(client) = self.clients.remove(&id) else { return };
         let file_id = client.file;
-        for &b in &client.queue {
-            let file = self.files.get_mut(&file_id).expect("client's file present");
-            if let Some(ws) = file.waiters.get_mut(&b) {
-                ws.retain(|&w| w != id);
-                if ws.is_empty() {
-                    file.waiters.remove(&b);
-                    // Nobody wants it any more: no need to read it.
-                    file.deferred.remove(b);
-                }
-            }
-            self.unpin(file_id, b);
-        }
+        self.give_up(id, file_id, &client.queue);
         let file = self.files.get_mut(&file_id).expect("client's file present");
         file.clients.retain(|&c| c != id);
         file.gated.retain(|&c| c != id);

@@ -38,6 +38,9 @@ pub struct ClientStatus {
     /// Favoring storage, the blocks it lacks stay in memory for it and its
     /// file's region waits for it (rule C13).
     pub holds: bool,
+    /// Its socket stopped taking blocks: it pins nothing and is picked
+    /// nothing until it takes blocks again.
+    pub parked: bool,
 }
 
 impl Scheduler {
@@ -68,6 +71,7 @@ impl Scheduler {
                             rate_bytes_per_sec: c.rate.get(),
                             behind_region: !c.in_order && c.behind_region(f.leads),
                             holds: c.holds,
+                            parked: c.parked,
                         }
                     })
                     .collect(),

@@ -124,6 +124,16 @@ fn run(p: &Params, steps: usize) -> Driver {
                 let i = rng.random_range(0..d.pending_reads.len());
                 d.finish_read(i, p.fail_reads && rng.random_bool(0.02));
             }
+            45..47 => {
+                let active: Vec<ClientId> = d.active().filter(|c| !d.parked.contains(c)).collect();
+                if !active.is_empty() {
+                    d.park(active[rng.random_range(0..active.len())], rng.random_range(0..3));
+                }
+            }
+            47..50 if !d.parked.is_empty() => {
+                let parked: Vec<ClientId> = d.parked.iter().copied().collect();
+                d.resume(parked[rng.random_range(0..parked.len())]);
+            }
             _ if !d.sendable().is_empty() => {
                 let sendable = d.sendable();
                 d.finish_send(sendable[rng.random_range(0..sendable.len())]);

@@ -451,3 +451,42 @@ fn c13_blocks_left_in_memory_past_the_head_do_not_strand_holders() {
     assert_eq!(d.s.counters().private_reads, private, "holders read on their own");
     assert!(d.reads - reads <= u64::from(n), "{} reads for {n} blocks", d.reads - reads);
 }
+
+#[test]
+fn parked_clients_pin_nothing_and_pick_again_when_resumed() {
+    // Twenty in-order clients spread over a file each pin their queue and
+    // send nothing, so memory is all pinned: a twenty-first client waits.
+    let cfg = SchedConfig { queue_len: 2, cache_bytes: 16 * B, active_len: 8 * B, ..cfg(PolicyKind::Circus) };
+    let mut d = Driver::new(cfg);
+    let n = 64u64;
+    d.in_order_joins = true;
+    for c in 0..20u64 {
+        let mut have = BlockSet::full(n as u32);
+        (((c * 3) % n) as u32..n as u32).for_each(|b| _ = have.remove(b));
+        d.join(c, 1, n * B, Some(have));
+    }
+    while !d.pending_reads.is_empty() {
+        d.finish_read(0, false);
+    }
+    d.in_order_joins = false;
+    d.join(100, 1, n * B, None);
+    send_only(&mut d, 100, 10_000);
+    assert!(!d.completed.contains(&ClientId(100)), "memory was not pinned: the test proves nothing");
+    // The stalled ones are parked: their socket keeps one block each.
+    for c in 0..20 {
+        d.park(ClientId(c), 1);
+    }
+    let status = d.s.status();
+    let parked = status.files[0].clients.iter().filter(|c| c.parked).count();
+    assert_eq!(parked, 20);
+    send_only(&mut d, 100, 10_000);
+    assert!(d.completed.contains(&ClientId(100)), "a client still waits behind parked ones");
+    // Resumed, each gets its whole range, in order, from where it stopped.
+    for c in 0..20 {
+        d.resume(ClientId(c));
+    }
+    d.drain();
+    for c in 0..20 {
+        assert!(d.completed.contains(&ClientId(c)), "client {c} did not finish after resuming");
+    }
+}

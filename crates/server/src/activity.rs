@@ -1,24 +1,22 @@
 //! What a connection is doing, for the watchdog that closes the ones that
 //! hold the server back: a response whose client takes no byte for the send
-//! timeout (nginx's `send_timeout`), a stalled response while stalled
-//! responses pin so much of the cache that reads wait (so a few hundred
-//! sockets that stop reading cannot starve every other download), and an
-//! idle connection (an HTTP/2 connection with no stream open) after the
-//! same timeout.
+//! timeout (nginx's `send_timeout`), and an idle connection (an HTTP/2
+//! connection with no stream open) after the same timeout. (A stalled
+//! response does not hold cache memory meanwhile: the driver parks its
+//! download and takes its queued blocks back.)
 //!
 //! The socket wrapper stamps every read and write; each response body
-//! counts itself in flight while it lives.
+//! counts itself in flight while it lives. The driver can also ask for a
+//! connection to be cut (`Activity::cut`): one that stopped reading while
+//! holding blocks the cache cannot spare (see `mailbox`).
 
 use std::{
     sync::{
         Arc,
-        atomic::{AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     },
     time::{Duration, Instant},
 };
-
-/// A stalled response is closed after this long when the cache is short.
-pub(crate) const STALL_UNDER_PRESSURE: Duration = Duration::from_secs(3);
 
 /// Shared by a connection's socket wrapper, its responses and its watchdog.
 #[derive(Debug)]
@@ -30,6 +28,23 @@ pub(crate) struct Activity {
     last_read: AtomicU64,
     /// Responses whose bodies are still being sent.
     in_flight: AtomicUsize,
+    /// The server needs back the memory this connection holds.
+    cut: AtomicBool,
+}
+
+tokio::task_local! {
+    /// The connection a request arrived on, while its response is made.
+    static CONNECTION: Arc<Activity>;
+}
+
+/// Makes `activity` the connection of the requests `f` handles.
+pub(crate) async fn on_connection<F: Future>(activity: Arc<Activity>, f: F) -> F::Output {
+    CONNECTION.scope(activity, f).await
+}
+
+/// The connection of the request being handled, if known.
+pub(crate) fn current() -> Option<Arc<Activity>> {
+    CONNECTION.try_with(Arc::clone).ok()
 }
 
 /// Why the watchdog closes a connection.
@@ -38,10 +53,10 @@ pub(crate) enum Verdict {
     Keep,
     /// A response made no progress for the send timeout.
     SendTimeout,
-    /// A response is stalled while stalled responses crowd out reads.
-    StalledUnderPressure,
     /// No response and no traffic for the timeout.
     Idle,
+    /// It stopped reading while holding memory the cache needs back.
+    Cut,
 }
 
 impl Activity {
@@ -51,7 +66,13 @@ impl Activity {
             last_write: AtomicU64::new(0),
             last_read: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
+            cut: AtomicBool::new(false),
         })
+    }
+
+    /// Asks the watchdog to close the connection at its next check.
+    pub fn cut(&self) {
+        self.cut.store(true, Ordering::Relaxed);
     }
 
     fn now_ms(&self) -> u64 {
@@ -86,22 +107,18 @@ impl Activity {
         self.now_ms().saturating_sub(last)
     }
 
-    /// What the watchdog should do now. `pressure`: stalled responses pin
-    /// enough of the cache that reads are short of memory.
-    pub fn verdict(&self, timeout: Duration, pressure: bool) -> Verdict {
+    /// What the watchdog should do now.
+    pub fn verdict(&self, timeout: Duration) -> Verdict {
         let now = self.now_ms();
         let timeout = timeout.as_millis() as u64;
+        if self.cut.load(Ordering::Relaxed) {
+            return Verdict::Cut;
+        }
         if self.is_idle() {
             return if self.quiet_ms() >= timeout { Verdict::Idle } else { Verdict::Keep };
         }
         let stalled = now.saturating_sub(self.last_write.load(Ordering::Relaxed));
-        if stalled >= timeout {
-            Verdict::SendTimeout
-        } else if pressure && stalled >= STALL_UNDER_PRESSURE.as_millis() as u64 {
-            Verdict::StalledUnderPressure
-        } else {
-            Verdict::Keep
-        }
+        if stalled >= timeout { Verdict::SendTimeout } else { Verdict::Keep }
     }
 }
 
@@ -116,12 +133,12 @@ impl Drop for InFlight {
 }
 
 /// Resolves when the watchdog would close the connection; checks a few
-/// times per stall period. `pressure` is read at each check.
-pub(crate) async fn watch(activity: Arc<Activity>, timeout: Duration, pressure: impl Fn() -> bool) -> Verdict {
-    let period = (timeout / 4).min(STALL_UNDER_PRESSURE / 3).max(Duration::from_millis(100));
+/// times per timeout.
+pub(crate) async fn watch(activity: Arc<Activity>, timeout: Duration) -> Verdict {
+    let period = (timeout / 4).clamp(Duration::from_millis(100), Duration::from_secs(1));
     loop {
         tokio::time::sleep(period).await;
-        match activity.verdict(timeout, pressure()) {
+        match activity.verdict(timeout) {
             Verdict::Keep => {}
             v => return v,
         }
@@ -168,18 +185,19 @@ mod tests {
     fn verdicts() {
         let a = Activity::new();
         let t = Duration::from_secs(60);
-        assert_eq!(a.verdict(t, true), Verdict::Keep);
-        assert_eq!(a.verdict(Duration::ZERO, false), Verdict::Idle);
+        assert_eq!(a.verdict(t), Verdict::Keep);
+        assert_eq!(a.verdict(Duration::ZERO), Verdict::Idle);
         let r = a.response();
         assert!(!a.is_idle());
-        assert_eq!(a.verdict(Duration::ZERO, false), Verdict::SendTimeout);
-        assert_eq!(a.verdict(t, true), Verdict::Keep, "a response just started is not stalled");
+        assert_eq!(a.verdict(Duration::ZERO), Verdict::SendTimeout);
+        assert_eq!(a.verdict(t), Verdict::Keep, "a response just started is not stalled");
         a.last_write.store(0, Ordering::Relaxed);
         let a2 = Activity { start: Instant::now() - Duration::from_secs(5), ..Activity::clone_counts(&a) };
         a2.in_flight.store(1, Ordering::Relaxed);
-        assert_eq!(a2.verdict(t, false), Verdict::Keep);
-        assert_eq!(a2.verdict(t, true), Verdict::StalledUnderPressure);
-        assert_eq!(a2.verdict(Duration::from_secs(4), false), Verdict::SendTimeout);
+        assert_eq!(a2.verdict(t), Verdict::Keep);
+        assert_eq!(a2.verdict(Duration::from_secs(4)), Verdict::SendTimeout);
+        a2.cut();
+        assert_eq!(a2.verdict(t), Verdict::Cut);
         drop(r);
         assert!(a.is_idle());
     }
@@ -191,6 +209,7 @@ mod tests {
                 last_write: AtomicU64::new(a.last_write.load(Ordering::Relaxed)),
                 last_read: AtomicU64::new(a.last_read.load(Ordering::Relaxed)),
                 in_flight: AtomicUsize::new(0),
+                cut: AtomicBool::new(false),
             }
         }
     }

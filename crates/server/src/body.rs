@@ -2,9 +2,12 @@
 //! reports a block as sent once hyper asks for the next frame (the previous
 //! one has gone to the connection), and leaves when dropped early.
 
+use crate::files::FileEntry;
 use crate::{
+    activity::Activity,
     arena::Arena,
-    driver::{Delivery, DriverHandle},
+    driver::DriverHandle,
+    mailbox::{End, Mailbox, Next},
 };
 use bytes::{Bytes, BytesMut};
 use circus_core::{BlockIdx, BlockLayout, BlockSet, ClientId};
@@ -12,72 +15,75 @@ use circus_proto::{ErrorCode, encode_block_header, encode_end, encode_error};
 use circus_sched::FailReason;
 use http_body::{Body, Frame, SizeHint};
 use std::{
-    collections::BTreeMap,
     ops::Range,
     pin::Pin,
     sync::Arc,
     task::{Context, Poll, ready},
 };
-use tokio::sync::mpsc;
-
-use crate::files::FileEntry;
 
 /// Error type of the bodies: the connection is cut, so a client with
 /// Content-Length sees a short body and never mistakes it for the file.
 pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
 
+/// What a download's connection gets next.
+#[derive(Debug)]
+enum Delivery {
+    Block(BlockIdx, Bytes),
+    End(End),
+}
+
 /// One download as the driver sees it.
 struct Download {
     driver: DriverHandle,
     id: ClientId,
-    rx: mpsc::Receiver<Delivery>,
-    /// Blocks whose bytes hyper has taken; reported as sent at the next poll.
-    taken: Range<BlockIdx>,
-    /// A completion or failure met while looking ahead; delivered next.
-    pending: Option<Delivery>,
+    /// Blocks the connection took are held there (given to hyper) until
+    /// the next poll reports them sent.
+    mailbox: Arc<Mailbox>,
     finished: bool,
 }
 
 impl Download {
-    fn start(driver: &DriverHandle, file: Arc<FileEntry>, have: BlockSet, in_order: bool) -> Self {
-        let (id, rx) = driver.join(file, have, in_order);
-        Download { driver: driver.clone(), id, rx, taken: 0..0, pending: None, finished: false }
+    fn start(
+        driver: &DriverHandle,
+        file: Arc<FileEntry>,
+        have: BlockSet,
+        in_order: bool,
+        connection: Option<Arc<Activity>>,
+    ) -> Self {
+        let (id, mailbox) = driver.join(file, have, in_order, connection);
+        Download { driver: driver.clone(), id, mailbox, finished: false }
     }
 
+    /// The connection took `blocks`, `bytes` long, to send.
+    fn hold(&self, blocks: Range<BlockIdx>, bytes: usize) {
+        self.mailbox.hold(blocks, bytes as u64);
+    }
+
+    /// What the connection held went to the socket (or was detached).
     fn report_taken(&mut self) {
-        self.driver.sent(self.id, std::mem::replace(&mut self.taken, 0..0));
+        let released = self.mailbox.release();
+        self.driver.sent(self.id, released.sent);
+        self.driver.release_detached(released.detached);
     }
 
-    /// A block that has already arrived, without waiting.
-    fn ready_block(&mut self) -> Option<(BlockIdx, Bytes)> {
-        if self.pending.is_some() {
-            return None;
-        }
-        match self.rx.try_recv().ok()? {
-            Delivery::Block(b, data) => Some((b, data)),
-            other => {
-                self.pending = Some(other);
-                None
-            }
-        }
+    /// Block `want` if it has already arrived and `accept` takes it,
+    /// without waiting.
+    fn ready_block(&mut self, want: BlockIdx, accept: impl FnOnce(&Bytes) -> bool) -> Option<Bytes> {
+        self.mailbox.try_take(want, accept)
     }
 
-    fn poll_delivery(&mut self, cx: &mut Context<'_>) -> Poll<Delivery> {
+    /// Block `want` (any block, if `None`), or how the download ended. A
+    /// parked download is resumed: the connection is asking for blocks.
+    fn poll_delivery(&mut self, cx: &mut Context<'_>, want: Option<BlockIdx>) -> Poll<Delivery> {
         self.report_taken();
-        let next = match self.pending.take() {
-            Some(d) => Some(d),
-            None => ready!(self.rx.poll_recv(cx)),
-        };
-        match next {
-            Some(d) => {
-                if matches!(d, Delivery::Complete | Delivery::Failed(_) | Delivery::Stopped) {
+        loop {
+            match ready!(self.mailbox.poll_next(cx, want)) {
+                Next::Block(b, data) => return Poll::Ready(Delivery::Block(b, data)),
+                Next::End(end) => {
                     self.finished = true;
+                    return Poll::Ready(Delivery::End(end));
                 }
-                Poll::Ready(d)
-            }
-            None => {
-                self.finished = true;
-                Poll::Ready(Delivery::Stopped)
+                Next::Resume => self.driver.resume(self.id),
             }
         }
     }
@@ -86,6 +92,7 @@ impl Download {
 impl Drop for Download {
     fn drop(&mut self) {
         if !self.finished {
+            self.driver.release_detached(self.mailbox.release().detached);
             self.driver.leave(self.id);
         }
     }
@@ -98,7 +105,7 @@ pub struct NativeBody {
     layout: BlockLayout,
     download: Option<Download>,
     /// Block bytes to send right after the header just yielded.
-    data: Option<(BlockIdx, Bytes)>,
+    data: Option<Bytes>,
 }
 
 impl NativeBody {
@@ -106,7 +113,8 @@ impl NativeBody {
     /// client already holds. A client that needs nothing gets END at once.
     pub fn new(driver: &DriverHandle, file: Arc<FileEntry>, preface: Bytes, have: BlockSet) -> Self {
         let layout = file.layout;
-        let download = (!have.is_full()).then(|| Download::start(driver, file, have, false));
+        let connection = crate::activity::current();
+        let download = (!have.is_full()).then(|| Download::start(driver, file, have, false, connection));
         NativeBody { preface: Some(preface), layout, download, data: None }
     }
 }
@@ -126,10 +134,7 @@ impl Body for NativeBody {
         if let Some(p) = this.preface.take() {
             return Poll::Ready(Some(Ok(Frame::data(p))));
         }
-        if let Some((b, data)) = this.data.take() {
-            if let Some(d) = this.download.as_mut() {
-                d.taken = b..b + 1;
-            }
+        if let Some(data) = this.data.take() {
             return Poll::Ready(Some(Ok(Frame::data(data))));
         }
         let Some(download) = this.download.as_mut() else {
@@ -140,21 +145,24 @@ impl Body for NativeBody {
             this.download = None;
             return Poll::Ready(None);
         }
-        let out = match ready!(download.poll_delivery(cx)) {
+        let out = match ready!(download.poll_delivery(cx, None)) {
             Delivery::Block(b, data) => {
                 let header = frame(|buf| encode_block_header(b, this.layout.offset(b), this.layout.block_len(b), buf));
-                this.data = Some((b, data));
+                download.hold(b..b + 1, data.len());
+                this.data = Some(data);
                 header
             }
-            Delivery::Complete => frame(encode_end),
-            Delivery::Failed(reason) => {
+            Delivery::End(End::Complete) => frame(encode_end),
+            Delivery::End(End::Failed(reason)) => {
                 let code = match reason {
                     FailReason::FileChanged { .. } => ErrorCode::FILE_CHANGED,
                     _ => ErrorCode::STORAGE,
                 };
                 frame(|buf| encode_error(code, &reason.to_string(), buf))
             }
-            Delivery::Stopped => frame(|buf| encode_error(ErrorCode::SHUTTING_DOWN, "server shutting down", buf)),
+            Delivery::End(End::Stopped) => {
+                frame(|buf| encode_error(ErrorCode::SHUTTING_DOWN, "server shutting down", buf))
+            }
         };
         Poll::Ready(Some(Ok(Frame::data(out))))
     }
@@ -173,13 +181,15 @@ pub enum Part {
 }
 
 /// A plain body: the parts in order, each range fetched through the
-/// scheduler as an in-order client and reassembled from at most
-/// `max_queued` blocks that arrive early.
+/// scheduler as an in-order client; blocks that arrive early wait in the
+/// download's mailbox (at most `max_queued` of them).
 pub struct PlainBody {
     driver: DriverHandle,
     file: Arc<FileEntry>,
     parts: std::vec::IntoIter<Part>,
     current: Option<(Download, RangeCursor)>,
+    /// The connection the response goes out on (see `Download::start`).
+    connection: Option<Arc<Activity>>,
 }
 
 struct RangeCursor {
@@ -187,7 +197,6 @@ struct RangeCursor {
     end: u64,
     next: BlockIdx,
     last: BlockIdx,
-    early: BTreeMap<BlockIdx, Bytes>,
 }
 
 /// Most blocks joined into one frame.
@@ -204,13 +213,9 @@ impl RangeCursor {
         let Some(mut end) = arena.locate(&first).map(|o| o + first.len() as u64) else { return first };
         let mut run = vec![first];
         while run.len() < MAX_RUN && self.next <= self.last {
-            let Some(data) = self.early.remove(&self.next).or_else(|| self.receive(download, self.next)) else {
+            let Some(data) = download.ready_block(self.next, |data| arena.locate(data) == Some(end)) else {
                 break;
             };
-            if arena.locate(&data) != Some(end) {
-                self.early.insert(self.next, data);
-                break;
-            }
             end += data.len() as u64;
             run.push(data);
             self.next += 1;
@@ -220,22 +225,12 @@ impl RangeCursor {
             _ => arena.join(run).expect("consecutive slots join"),
         }
     }
-
-    /// Block `want` if it has arrived; other arrivals are kept for later.
-    fn receive(&mut self, download: &mut Download, want: BlockIdx) -> Option<Bytes> {
-        while let Some((b, data)) = download.ready_block() {
-            if b == want {
-                return Some(data);
-            }
-            self.early.insert(b, data);
-        }
-        None
-    }
 }
 
 impl PlainBody {
     pub fn new(driver: &DriverHandle, file: Arc<FileEntry>, parts: Vec<Part>) -> Self {
-        PlainBody { driver: driver.clone(), file, parts: parts.into_iter(), current: None }
+        let connection = crate::activity::current();
+        PlainBody { driver: driver.clone(), file, parts: parts.into_iter(), current: None, connection }
     }
 }
 
@@ -256,32 +251,22 @@ impl Body for PlainBody {
                         let last = layout.block_of(end).expect("range within file");
                         let mut have = BlockSet::full(layout.blocks());
                         (first..=last).for_each(|b| _ = have.remove(b));
-                        let download = Download::start(&this.driver, this.file.clone(), have, true);
-                        let cursor = RangeCursor { start, end, next: first, last, early: BTreeMap::new() };
+                        let connection = this.connection.clone();
+                        let download = Download::start(&this.driver, this.file.clone(), have, true, connection);
+                        let cursor = RangeCursor { start, end, next: first, last };
                         this.current = Some((download, cursor));
                         continue;
                     }
                 }
             };
-            if let Some(data) = cursor.early.remove(&cursor.next) {
-                let first = cursor.next;
-                let data = cursor.take_run(download, this.driver.arena(), data);
-                download.report_taken();
-                download.taken = first..cursor.next;
-                let off = this.file.layout.offset(first);
-                let from = cursor.start.saturating_sub(off) as usize;
-                let to = ((cursor.end + 1 - off) as usize).min(data.len());
-                return Poll::Ready(Some(Ok(Frame::data(data.slice(from..to)))));
-            }
             if cursor.next > cursor.last {
                 // Every block of the range went out; wait for the scheduler's
                 // Complete so the last block is reported as sent.
                 download.report_taken();
                 if !download.finished {
-                    match ready!(download.poll_delivery(cx)) {
-                        Delivery::Complete => {}
-                        Delivery::Failed(reason) => return Poll::Ready(Some(Err(reason.into()))),
-                        Delivery::Stopped => return Poll::Ready(Some(Err("server shutting down".into()))),
+                    match ready!(download.poll_delivery(cx, None)) {
+                        Delivery::End(End::Complete) => {}
+                        Delivery::End(end) => return Poll::Ready(Some(Err(ended(end)))),
                         Delivery::Block(b, _) => {
                             return Poll::Ready(Some(Err(format!("block {b} delivered twice").into())));
                         }
@@ -290,17 +275,34 @@ impl Body for PlainBody {
                 this.current = None;
                 continue;
             }
-            match ready!(download.poll_delivery(cx)) {
-                Delivery::Block(b, data) => _ = cursor.early.insert(b, data),
-                Delivery::Complete => return Poll::Ready(Some(Err("download ended early".into()))),
-                Delivery::Failed(reason) => return Poll::Ready(Some(Err(reason.into()))),
-                Delivery::Stopped => return Poll::Ready(Some(Err("server shutting down".into()))),
+            let first = cursor.next;
+            match ready!(download.poll_delivery(cx, Some(first))) {
+                Delivery::Block(_, data) => {
+                    let data = cursor.take_run(download, this.driver.arena(), data);
+                    download.hold(first..cursor.next, data.len());
+                    let off = this.file.layout.offset(first);
+                    let from = cursor.start.saturating_sub(off) as usize;
+                    let to = ((cursor.end + 1 - off) as usize).min(data.len());
+                    return Poll::Ready(Some(Ok(Frame::data(data.slice(from..to)))));
+                }
+                Delivery::End(End::Complete) => return Poll::Ready(Some(Err("download ended early".into()))),
+                Delivery::End(end) => return Poll::Ready(Some(Err(ended(end)))),
             }
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         SizeHint::default()
+    }
+}
+
+/// Why a plain body is cut short (the client sees a short body, never a
+/// complete-looking one).
+fn ended(end: End) -> BodyError {
+    match end {
+        End::Complete => "download ended early".into(),
+        End::Failed(reason) => reason.into(),
+        End::Stopped => "server shutting down".into(),
     }
 }
 

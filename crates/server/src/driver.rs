@@ -4,40 +4,37 @@
 //! `io_threads` at once, and report back as events.
 
 use crate::{
+    activity::Activity,
     arena::Arena,
     files::{Backing, FileEntry},
+    mailbox::{self, End, Mailbox},
     metrics::Metrics,
     pacer::ReadPacer,
 };
 use bytes::Bytes;
 use circus_core::{BlockIdx, BlockSet, ClientId, FileId};
-use circus_sched::{
-    Action, Counters, Event, FailReason, Favor, HOLD_STALL_NANOS, ReadFault, SchedConfig, Scheduler, Status,
-};
+use circus_sched::{Action, Counters, Event, Favor, HOLD_STALL_NANOS, ReadFault, SchedConfig, Scheduler, Status};
 use circus_store::StoreError;
+use prometheus_client::metrics::gauge::Gauge;
 use rustc_hash::FxHashMap;
 use std::{
     ops::Range,
     sync::{
         Arc,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicU64, Ordering},
     },
-    time::Instant,
+    time::{Duration, Instant},
 };
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
-/// What a connection receives for its download.
-#[derive(Debug)]
-pub enum Delivery {
-    /// A resident block: the bytes are shared with the cache, not copied.
-    Block(BlockIdx, Bytes),
-    /// Every block was handed over.
-    Complete,
-    /// The download cannot continue; the reason says why and whose fault.
-    Failed(FailReason),
-    /// The driver stopped (the server is shutting down).
-    Stopped,
-}
+/// A download whose connection took no block for this long while blocks
+/// queued for clients pin half the cache is parked: its queued blocks are
+/// taken back, so sockets that stop reading cannot starve the others.
+pub const PARK_AFTER: Duration = Duration::from_secs(1);
+
+/// How often the driver looks for downloads to park (and, favoring
+/// storage, lets the scheduler see time pass).
+const TICK: Duration = Duration::from_millis(250);
 
 /// Why a block could not be read for a version.
 #[derive(Debug, thiserror::Error)]
@@ -69,8 +66,9 @@ impl From<StoreError> for ReadError {
 
 #[derive(Debug)]
 enum Cmd {
-    Join { id: ClientId, file: Arc<FileEntry>, have: BlockSet, in_order: bool, tx: mpsc::Sender<Delivery> },
+    Join { id: ClientId, file: Arc<FileEntry>, have: BlockSet, in_order: bool, mailbox: Arc<Mailbox> },
     Sent { id: ClientId, blocks: Range<BlockIdx> },
+    Resume { id: ClientId },
     Leave { id: ClientId },
     Loaded { file: Arc<FileEntry>, block: BlockIdx, result: Result<Bytes, ReadError> },
     Status { reply: oneshot::Sender<(Status, Counters)> },
@@ -81,22 +79,37 @@ enum Cmd {
 pub struct DriverHandle {
     tx: mpsc::UnboundedSender<Cmd>,
     next_id: Arc<AtomicU64>,
-    max_queued: usize,
     arena: Option<Arc<Arena>>,
-    /// Blocks queued for clients (handed over, not yet taken by their
-    /// sockets) pin half the cache or more.
-    pressure: Arc<AtomicBool>,
+    detached: Gauge,
 }
 
 impl DriverHandle {
     /// Starts a download of `file`, skipping the blocks in `have`.
-    pub fn join(&self, file: Arc<FileEntry>, have: BlockSet, in_order: bool) -> (ClientId, mpsc::Receiver<Delivery>) {
+    /// `connection` is cut if it stops reading while holding blocks the
+    /// cache needs back.
+    pub(crate) fn join(
+        &self,
+        file: Arc<FileEntry>,
+        have: BlockSet,
+        in_order: bool,
+        connection: Option<Arc<Activity>>,
+    ) -> (ClientId, Arc<Mailbox>) {
         let id = ClientId(self.next_id.fetch_add(1, Ordering::Relaxed));
-        // The scheduler never has more than max_queued blocks out for a
-        // client, plus one completion or failure: this channel never fills.
-        let (tx, rx) = mpsc::channel(self.max_queued + 2);
-        self.send(Cmd::Join { id, file, have, in_order, tx });
-        (id, rx)
+        let mailbox = Mailbox::new(connection);
+        self.send(Cmd::Join { id, file, have, in_order, mailbox: mailbox.clone() });
+        (id, mailbox)
+    }
+
+    /// A connection is done with blocks that were detached from the cache.
+    pub fn release_detached(&self, bytes: u64) {
+        if bytes > 0 {
+            self.detached.dec_by(bytes as i64);
+        }
+    }
+
+    /// A parked download's connection wants blocks again.
+    pub fn resume(&self, id: ClientId) {
+        self.send(Cmd::Resume { id });
     }
 
     /// The client's socket took `blocks`: their queue slots are free. One
@@ -117,12 +130,6 @@ impl DriverHandle {
         self.send(Cmd::Leave { id });
     }
 
-    /// Whether blocks queued for clients pin half the cache or more, so
-    /// that stalled connections crowd out reads for the others.
-    pub fn under_pressure(&self) -> bool {
-        self.pressure.load(Ordering::Relaxed)
-    }
-
     /// The scheduler's state and running totals.
     pub async fn status(&self) -> Option<(Status, Counters)> {
         let (reply, rx) = oneshot::channel();
@@ -137,11 +144,16 @@ impl DriverHandle {
 }
 
 struct Client {
-    tx: mpsc::Sender<Delivery>,
+    mailbox: mailbox::Sender,
     file: FileId,
     joined: Instant,
     /// Blocks handed over and not yet reported sent (they stay pinned).
     queued: u64,
+    /// When its connection last took a block, or when it last had nothing
+    /// queued: since then it has been waiting on its connection.
+    progress: Instant,
+    /// Its blocks were taken back; it gets none until its connection asks.
+    parked: bool,
 }
 
 struct Driver {
@@ -158,11 +170,10 @@ struct Driver {
     tx: mpsc::UnboundedSender<Cmd>,
     started: Instant,
     metrics: Arc<Metrics>,
-    /// Blocks queued for all clients, and the count at which they pin half
-    /// the budget.
+    /// Blocks queued for all clients.
     queued: u64,
-    pressure_at: u64,
-    pressure: Arc<AtomicBool>,
+    /// Most bytes detached from the cache (held by stalled connections).
+    detach_cap: u64,
     /// The scheduler's actions for the command at hand, carried out in
     /// order once it is fed in (the buffer is kept: a run of sent blocks is
     /// the hot path, one command per run rather than an allocation per block).
@@ -184,12 +195,12 @@ pub struct Storage {
 pub fn spawn(cfg: SchedConfig, storage: Storage, metrics: Arc<Metrics>) -> DriverHandle {
     let Storage { io_threads, arena, pacer } = storage;
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let max_queued = cfg.max_queued() as usize;
     // Favoring storage, a holder that stops sending is let go on a Tick
     // (rule C13); nothing else needs the scheduler to see time pass.
-    let tick = (cfg.favor == Favor::Storage).then(|| std::time::Duration::from_nanos(HOLD_STALL_NANOS / 8));
-    let pressure = Arc::new(AtomicBool::new(false));
-    let pressure_at = (cfg.cache_bytes / 2 / u64::from(cfg.block_size)).max(1);
+    let sched_ticks = cfg.favor == Favor::Storage;
+    debug_assert!(TICK.as_nanos() as u64 <= HOLD_STALL_NANOS / 8);
+    let detach_cap = cfg.cache_bytes;
+    let detached = metrics.detached_bytes.clone();
     let mut driver = Driver {
         sched: Scheduler::new(cfg),
         cache: FxHashMap::default(),
@@ -202,18 +213,11 @@ pub fn spawn(cfg: SchedConfig, storage: Storage, metrics: Arc<Metrics>) -> Drive
         started: Instant::now(),
         metrics,
         queued: 0,
-        pressure_at,
-        pressure: pressure.clone(),
+        detach_cap,
         actions: Vec::new(),
     };
     tokio::spawn(async move {
-        let Some(period) = tick else {
-            while let Some(cmd) = rx.recv().await {
-                driver.handle(cmd);
-            }
-            return;
-        };
-        let mut ticks = tokio::time::interval(period);
+        let mut ticks = tokio::time::interval(TICK);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
@@ -221,11 +225,16 @@ pub fn spawn(cfg: SchedConfig, storage: Storage, metrics: Arc<Metrics>) -> Drive
                     Some(cmd) => driver.handle(cmd),
                     None => return,
                 },
-                _ = ticks.tick() => driver.step(Event::Tick),
+                _ = ticks.tick() => {
+                    driver.park_stalled();
+                    if sched_ticks {
+                        driver.step(Event::Tick);
+                    }
+                }
             }
         }
     });
-    DriverHandle { tx, next_id: Arc::new(AtomicU64::new(1)), max_queued, arena, pressure }
+    DriverHandle { tx, next_id: Arc::new(AtomicU64::new(1)), arena, detached }
 }
 
 impl Driver {
@@ -246,6 +255,7 @@ impl Driver {
                     let n = n.min(c.queued);
                     c.queued -= n;
                     self.queued -= n;
+                    c.progress = Instant::now();
                 }
                 let now = self.now();
                 for block in blocks {
@@ -254,11 +264,21 @@ impl Driver {
                 self.carry_out();
                 return;
             }
-            Cmd::Join { id, file, have, in_order, tx } => {
+            Cmd::Join { id, file, have, in_order, mailbox } => {
                 let event = Event::Join { client: id, file: file.id, len: file.size, have: Some(have), in_order };
                 self.retain_file(&file);
-                self.clients.insert(id, Client { tx, file: file.id, joined: Instant::now(), queued: 0 });
+                let now = Instant::now();
+                let mailbox = mailbox::Sender(mailbox);
+                let client = Client { mailbox, file: file.id, joined: now, queued: 0, progress: now, parked: false };
+                self.clients.insert(id, client);
                 event
+            }
+            Cmd::Resume { id } => {
+                if let Some(c) = self.clients.get_mut(&id) {
+                    c.parked = false;
+                    c.progress = Instant::now();
+                }
+                Event::Resume { client: id }
             }
             Cmd::Leave { id } => {
                 if self.clients.contains_key(&id) {
@@ -309,7 +329,56 @@ impl Driver {
         }
         self.actions = actions;
         self.metrics.resident_bytes.set(self.sched.used_bytes() as i64);
-        self.pressure.store(self.queued >= self.pressure_at, Ordering::Relaxed);
+    }
+
+    /// Parks every download whose connection took no block for
+    /// `PARK_AFTER` while it had blocks waiting or held: they pin memory
+    /// others may need. Parking costs a stalled client nothing but a pick
+    /// again (its blocks stay resident until memory is needed).
+    fn park_stalled(&mut self) {
+        let mut stalled: Vec<ClientId> = self
+            .clients
+            .iter()
+            .filter(|(_, c)| {
+                let holding = c.mailbox.0.holds() || (!c.parked && c.mailbox.0.waiting() > 0);
+                holding && c.progress.elapsed() >= PARK_AFTER
+            })
+            .map(|(&id, _)| id)
+            .collect();
+        stalled.sort_unstable();
+        for id in stalled {
+            let c = self.clients.get_mut(&id).expect("listed above");
+            let (gauge, cap) = (&self.metrics.detached_bytes, self.detach_cap);
+            // Only the driver adds to the count, so checking first is safe.
+            let back = c.mailbox.0.take_back(|bytes| {
+                let fits = gauge.get() as u64 + bytes <= cap;
+                if fits {
+                    gauge.inc_by(bytes as i64);
+                }
+                fits
+            });
+            let n = (back.returned.len() + back.detached.len()) as u64;
+            let n = n.min(c.queued);
+            c.queued -= n;
+            self.queued -= n;
+            if back.detached.is_empty() && c.mailbox.0.holds() && c.mailbox.0.cut() {
+                // Over the detach cap: only closing the connection frees
+                // what it holds (its Leave follows).
+                tracing::debug!(client = %id, "cutting a connection that stopped reading: its blocks are needed back");
+            }
+            let newly = !std::mem::replace(&mut c.parked, true);
+            if newly {
+                self.metrics.downloads_parked.inc();
+                tracing::debug!(client = %id, returned = back.returned.len(), detached = ?back.detached, "parked a download whose connection stopped reading");
+                self.step(Event::Park { client: id, returned: back.returned });
+            }
+            // Held by the connection: as far as the scheduler knows, sent.
+            let now = self.now();
+            for block in back.detached {
+                self.actions.extend(self.sched.on_event(now, Event::Sent { client: id, block }));
+            }
+            self.carry_out();
+        }
     }
 
     fn act(&mut self, action: Action) {
@@ -318,9 +387,10 @@ impl Driver {
             Action::Send { client, file, block } => {
                 let bytes = self.cache.get(&(file, block)).expect("scheduler sends only resident blocks").clone();
                 if let Some(c) = self.clients.get_mut(&client) {
-                    // Cannot be full (see DriverHandle::join); a closed channel
-                    // means the connection is gone and its Leave is on the way.
-                    let _ = c.tx.try_send(Delivery::Block(block, bytes));
+                    if c.queued == 0 {
+                        c.progress = Instant::now();
+                    }
+                    c.mailbox.0.put(block, bytes);
                     c.queued += 1;
                     self.queued += 1;
                 }
@@ -333,13 +403,13 @@ impl Driver {
             Action::Complete { client } => {
                 if let Some(c) = self.forget_client(client) {
                     self.metrics.download_seconds.observe(c.joined.elapsed().as_secs_f64());
-                    let _ = c.tx.try_send(Delivery::Complete);
+                    c.mailbox.0.end(End::Complete);
                 }
             }
             Action::Fail { client, reason } => {
                 if let Some(c) = self.forget_client(client) {
                     tracing::warn!(client = %client, %reason, "download failed");
-                    let _ = c.tx.try_send(Delivery::Failed(reason));
+                    c.mailbox.0.end(End::Failed(reason));
                 }
             }
         }

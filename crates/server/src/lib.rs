@@ -38,6 +38,7 @@ mod error;
 pub mod files;
 mod hitlane;
 mod http;
+mod mailbox;
 mod metrics;
 mod observe;
 pub mod origin;
@@ -49,6 +50,13 @@ mod small;
 
 pub use config::{FileConfig, ServeConfig};
 pub use error::HttpError;
+
+/// The hit lane's request head handling, for the fuzz targets in `fuzz/`;
+/// not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::hitlane::{LaneOutcome, Offered, answer_for_fuzzing};
+}
 
 use bytes::Bytes;
 use driver::DriverHandle;
@@ -207,16 +215,20 @@ impl Server {
             let metrics = self.state.metrics.clone();
             let answered = metrics.requests.get_or_create(&metrics::StatusLabel { code: 200 }).clone();
             let activity = activity::Activity::new();
-            let driver = state.driver.clone();
             let conn = Connection { state, lane, limits, stopping, answered, busy, builder, arena, activity };
             tokio::spawn(async move {
                 metrics.connections.inc();
                 // The watchdog closes the connection by dropping it
                 // (whether it is in the hit lane or with hyper).
-                let watchdog = activity::watch(conn.activity.clone(), send_timeout, move || driver.under_pressure());
+                let watchdog = activity::watch(conn.activity.clone(), send_timeout);
                 tokio::select! {
                     () = conn.serve(stream, watcher) => {}
-                    verdict = watchdog => tracing::debug!(%peer, ?verdict, "connection closed by the watchdog"),
+                    verdict = watchdog => {
+                        if verdict == activity::Verdict::Cut {
+                            metrics.connections_cut.inc();
+                        }
+                        tracing::debug!(%peer, ?verdict, "connection closed by the watchdog");
+                    }
                 }
                 metrics.connections.dec();
                 drop((permit, address));
@@ -264,7 +276,8 @@ impl Connection {
         let service = service_fn(move |req| {
             let state = state.clone();
             let in_flight = counted.response();
-            async move {
+            let connection = counted.clone();
+            activity::on_connection(connection, async move {
                 let res = if busy {
                     let mut res = http::error_response(&HttpError::Busy);
                     res.headers_mut().insert(::http::header::CONNECTION, ::http::HeaderValue::from_static("close"));
@@ -273,7 +286,7 @@ impl Connection {
                     http::handle(state, req).await
                 };
                 Ok::<_, std::convert::Infallible>(res.map(|body| activity::Counted::new(body, in_flight)))
-            }
+            })
         });
         let io = TokioIo::new(SendfileStream::new(stream, arena).with_unread(unread).with_activity(activity));
         let conn = builder.serve_connection(io, service).into_owned();

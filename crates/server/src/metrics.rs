@@ -23,9 +23,14 @@ pub struct Metrics {
     pub storage_errors: Counter,
     pub evictions: Counter,
     pub resident_bytes: Gauge,
+    /// Bytes of blocks held by connections that stopped reading, counted
+    /// sent by the scheduler and so outside its budget (capped at it).
+    pub detached_bytes: Gauge,
     pub requests: Family<StatusLabel, Counter>,
     pub connections: Gauge,
     pub downloads_abandoned: Counter,
+    pub downloads_parked: Counter,
+    pub connections_cut: Counter,
     pub download_seconds: Histogram,
     /// Refreshed from the scheduler at each scrape.
     pub cache_hits: Counter,
@@ -44,9 +49,12 @@ impl Metrics {
             storage_errors: Counter::default(),
             evictions: Counter::default(),
             resident_bytes: Gauge::default(),
+            detached_bytes: Gauge::default(),
             requests: Family::default(),
             connections: Gauge::default(),
             downloads_abandoned: Counter::default(),
+            downloads_parked: Counter::default(),
+            connections_cut: Counter::default(),
             download_seconds: Histogram::new([0.01, 0.1, 1.0, 10.0, 60.0, 300.0, 1800.0, 7200.0]),
             cache_hits: Counter::default(),
             cache_misses: Counter::default(),
@@ -60,11 +68,26 @@ impl Metrics {
         r.register("storage_errors", "Storage reads that failed", m.storage_errors.clone());
         r.register("cache_evictions", "Blocks evicted from the block cache", m.evictions.clone());
         r.register("cache_resident_bytes", "Bytes resident or being read", m.resident_bytes.clone());
+        r.register(
+            "cache_detached_bytes",
+            "Bytes held by connections that stopped reading, outside the cache budget",
+            m.detached_bytes.clone(),
+        );
         r.register("cache_hits", "Block picks served from memory", m.cache_hits.clone());
         r.register("cache_misses", "Block picks that needed a storage read", m.cache_misses.clone());
         r.register("requests", "HTTP responses by status", m.requests.clone());
         r.register("connections", "Open client connections", m.connections.clone());
         r.register("downloads_abandoned", "Downloads whose client left early", m.downloads_abandoned.clone());
+        r.register(
+            "downloads_parked",
+            "Times a download's queued blocks were taken back because its client stopped reading",
+            m.downloads_parked.clone(),
+        );
+        r.register(
+            "connections_cut",
+            "Connections closed because they stopped reading while holding blocks the cache needed back",
+            m.connections_cut.clone(),
+        );
         r.register("download_duration_seconds", "Completed download durations", m.download_seconds.clone());
         r.register("active_clients", "Downloads in progress by role", m.active_clients.clone());
         r.register("active_files", "Files with downloads in progress", m.active_files.clone());

@@ -32,6 +32,8 @@ pub struct Driver {
     /// Clients that joined in order: like a plain HTTP body, they can put
     /// a block on the wire only once every block before it went out.
     in_order: BTreeSet<ClientId>,
+    /// Clients parked (their socket stopped taking blocks) and not resumed.
+    pub parked: BTreeSet<ClientId>,
 }
 
 impl Driver {
@@ -55,6 +57,7 @@ impl Driver {
             sends: 0,
             in_order_joins: false,
             in_order: BTreeSet::new(),
+            parked: BTreeSet::new(),
         }
     }
 
@@ -86,6 +89,42 @@ impl Driver {
         self.left.insert(c);
         self.pending_sends.retain(|s| s.0 != c);
         self.event(Event::Leave { client: c });
+    }
+
+    /// Parks `c` as the server does when its socket stops taking blocks:
+    /// the socket keeps up to `keep` of the blocks handed to it (an
+    /// in-order client's only in file order), the rest are taken back.
+    pub fn park(&mut self, c: ClientId, keep: usize) {
+        let mut kept = 0;
+        let mut returned = Vec::new();
+        let mut i = 0;
+        while i < self.pending_sends.len() {
+            if self.pending_sends[i].0 != c {
+                i += 1;
+            } else if kept < keep && self.can_send(i) && !self.in_order.contains(&c) {
+                kept += 1;
+                i += 1;
+            } else {
+                returned.push(self.pending_sends.remove(i).2);
+            }
+        }
+        if self.in_order.contains(&c) && keep > 0 {
+            // An in-order socket took the next block in order, if it had it.
+            if let Some(&b) = returned.iter().min().filter(|&&b| {
+                let got = &self.got[&c];
+                first_in(0, got.capacity(), |w| got.missing_word(w)) == Some(b)
+            }) {
+                returned.retain(|&r| r != b);
+                self.pending_sends.push((c, self.client_file[&c], b));
+            }
+        }
+        self.parked.insert(c);
+        self.event(Event::Park { client: c, returned });
+    }
+
+    pub fn resume(&mut self, c: ClientId) {
+        self.parked.remove(&c);
+        self.event(Event::Resume { client: c });
     }
 
     pub fn event(&mut self, ev: Event) {
@@ -183,6 +222,9 @@ impl Driver {
 
     /// Completes every pending operation, oldest first, until none remain.
     pub fn drain(&mut self) {
+        for c in std::mem::take(&mut self.parked) {
+            self.resume(c);
+        }
         while !self.pending_reads.is_empty() || !self.pending_sends.is_empty() {
             self.assert_no_starvation();
             if !self.pending_reads.is_empty() {
@@ -198,7 +240,7 @@ impl Driver {
     /// it cannot send yet while its next block waits for memory is stuck.)
     pub fn assert_no_starvation(&self) {
         if self.pending_reads.is_empty() && !(0..self.pending_sends.len()).any(|i| self.can_send(i)) {
-            let stuck: Vec<_> = self.active().collect();
+            let stuck: Vec<_> = self.active().filter(|c| !self.parked.contains(c)).collect();
             assert!(stuck.is_empty(), "clients {stuck:?} active with nothing that can progress");
         }
     }
