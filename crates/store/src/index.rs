@@ -121,7 +121,15 @@ impl FileIndex {
     }
 
     fn load(path: &Path) -> Option<FileIndex> {
-        let bytes = fs::read(path).ok()?;
+        Self::decode(&fs::read(path).ok()?)
+    }
+
+    /// Parses a stored index (the layout in the module docs). `None` when
+    /// the bytes are not a whole, self-consistent index: wrong magic, a
+    /// block count the size and block size do not give, a length the count
+    /// does not describe, or leaves that do not hash to the root. Whether it
+    /// describes the file at hand is the caller's question.
+    pub fn decode(bytes: &[u8]) -> Option<FileIndex> {
         if bytes.len() < HEADER || &bytes[..8] != MAGIC {
             return None;
         }
@@ -150,13 +158,10 @@ impl FileIndex {
         })
     }
 
-    /// Writes the index atomically (temporary file, then rename). Only
-    /// indexes of local file versions are stored.
-    fn store(&self, path: &Path) -> Result<(), StoreError> {
-        let err = |source| StoreError::WriteIndex { path: path.to_owned(), source };
-        let Some(v) = self.version else { return Ok(()) };
-        let dir = path.parent().expect("index path has a directory");
-        fs::create_dir_all(dir).map_err(err)?;
+    /// The stored form of this index, which [`FileIndex::decode`] reads
+    /// back; `None` for an origin object's tree (no local version to key it).
+    pub fn encode(&self) -> Option<Vec<u8>> {
+        let v = self.version?;
         let mut out = Vec::with_capacity(HEADER + 32 * self.leaves.len());
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&self.size.to_le_bytes());
@@ -171,6 +176,16 @@ impl FileIndex {
         out.extend_from_slice(&self.sha256);
         out.extend_from_slice(&self.root);
         self.leaves.iter().for_each(|l| out.extend_from_slice(l));
+        Some(out)
+    }
+
+    /// Writes the index atomically (temporary file, then rename). Only
+    /// indexes of local file versions are stored.
+    fn store(&self, path: &Path) -> Result<(), StoreError> {
+        let err = |source| StoreError::WriteIndex { path: path.to_owned(), source };
+        let Some(out) = self.encode() else { return Ok(()) };
+        let dir = path.parent().expect("index path has a directory");
+        fs::create_dir_all(dir).map_err(err)?;
         // Unique per writer: two builds of one file in one process (a new
         // version seen while the old one is still being indexed) must not
         // rename each other's temporary file away.
@@ -254,6 +269,28 @@ mod tests {
         fs::write(&stored, &bytes).unwrap();
         assert_eq!(FileIndex::load(&stored), None);
         assert_eq!(index(dir.path(), "f", 4096).unwrap(), good);
+    }
+
+    #[test]
+    fn decode_reads_what_encode_writes_and_nothing_inconsistent() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "f", &[3u8; 9000]);
+        let good = index(dir.path(), "f", 4096).unwrap();
+        let bytes = good.encode().unwrap();
+        assert_eq!(bytes, fs::read(FileIndex::path_for(dir.path(), "f")).unwrap());
+        assert_eq!(FileIndex::decode(&bytes), Some(good.clone()));
+        let patched = |at: usize, with: &[u8]| {
+            let mut b = bytes.clone();
+            b[at..at + with.len()].copy_from_slice(with);
+            FileIndex::decode(&b)
+        };
+        assert_eq!(patched(0, b"CIDX0001"), None, "magic");
+        assert_eq!(patched(8, &20_000u64.to_le_bytes()), None, "a size of another block count");
+        assert_eq!(patched(56, &0u32.to_le_bytes()), None, "block size zero");
+        assert_eq!(patched(60, &4u32.to_le_bytes()), None, "block count");
+        assert_eq!(FileIndex::decode(&bytes[..bytes.len() - 1]), None, "short");
+        assert_eq!(FileIndex::decode(&[&bytes[..], &[0; 32]].concat()), None, "long");
+        assert_eq!(FileIndex { version: None, ..good }.encode(), None, "origin trees are not stored");
     }
 
     #[test]
