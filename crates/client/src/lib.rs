@@ -69,6 +69,12 @@ pub use output::{default_output, output_name};
 pub use progress::{BarProgress, ProgressSink};
 pub use to_writer::download_to_writer;
 
+/// The state file parser, for the fuzz targets in `fuzz/`; not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::state::{FuzzState, StateError};
+}
+
 use std::{path::PathBuf, time::Duration};
 
 /// Which protocols a download may use.

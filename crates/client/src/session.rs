@@ -168,7 +168,7 @@ pub(crate) async fn download(
 /// otherwise a fresh one (the first response resets the part file).
 fn load_state(paths: &Paths, opts: &GetOptions, part_len: u64, progress: &dyn ProgressSink) -> State {
     let saved = match std::fs::read(&paths.state) {
-        Ok(bytes) => State::from_json(&bytes),
+        Ok(bytes) => State::from_json(&bytes).map_err(|e| e.to_string()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return State::fresh(&opts.url),
         Err(e) => Err(e.to_string()),
     };
