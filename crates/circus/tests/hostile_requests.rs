@@ -113,3 +113,30 @@ fn new_connections_are_refused_while_the_server_drains() {
     }
     drop(slow);
 }
+
+#[test]
+fn idle_connections_at_the_cap_make_room_for_new_clients() {
+    let dir = site();
+    let s = common::serve(&[dir.path().to_str().unwrap(), "--max-connections", "100"]);
+    // A hundred connections that never finish a request head (slowloris),
+    // one of them a keep-alive connection that was answered once.
+    let mut answered = TcpStream::connect(&s.addr).unwrap();
+    answered.write_all(b"GET /small.txt HTTP/1.1\r\nhost: t\r\n\r\n").unwrap();
+    let mut buf = [0u8; 512];
+    let _ = answered.read(&mut buf).unwrap();
+    let mut idle: Vec<TcpStream> = (0..99)
+        .map(|_| {
+            let mut c = TcpStream::connect(&s.addr).unwrap();
+            c.write_all(b"GET /small.txt HTTP/1.1\r\n").unwrap();
+            c
+        })
+        .collect();
+    idle.push(answered);
+    std::thread::sleep(Duration::from_millis(300));
+    // New clients are served, not answered 503 until the idle ones time out.
+    for i in 0..10 {
+        let status = status_of(&s.addr, b"GET /big.bin HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n");
+        assert_eq!(status, 200, "new client {i} at the cap");
+    }
+    drop(idle);
+}

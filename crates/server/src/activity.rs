@@ -13,7 +13,7 @@
 use std::{
     sync::{
         Arc,
-        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering},
     },
     time::{Duration, Instant},
 };
@@ -28,9 +28,16 @@ pub(crate) struct Activity {
     last_read: AtomicU64,
     /// Responses whose bodies are still being sent.
     in_flight: AtomicUsize,
-    /// The server needs back the memory this connection holds.
-    cut: AtomicBool,
+    /// Why the server wants the connection closed now (a `Verdict`, or
+    /// `KEEP`).
+    cut: AtomicU8,
+    /// Wakes the watchdog when `cut` is set.
+    wake: tokio::sync::Notify,
 }
+
+const KEEP: u8 = 0;
+const CUT: u8 = 1;
+const EVICTED: u8 = 2;
 
 tokio::task_local! {
     /// The connection a request arrived on, while its response is made.
@@ -57,6 +64,8 @@ pub(crate) enum Verdict {
     Idle,
     /// It stopped reading while holding memory the cache needs back.
     Cut,
+    /// Idle while the server is near its connection cap: it makes room.
+    Evicted,
 }
 
 impl Activity {
@@ -66,13 +75,27 @@ impl Activity {
             last_write: AtomicU64::new(0),
             last_read: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
-            cut: AtomicBool::new(false),
+            cut: AtomicU8::new(KEEP),
+            wake: tokio::sync::Notify::new(),
         })
     }
 
-    /// Asks the watchdog to close the connection at its next check.
+    /// Asks the watchdog to close the connection now: it stopped reading
+    /// while holding memory the cache needs back.
     pub fn cut(&self) {
-        self.cut.store(true, Ordering::Relaxed);
+        self.close_now(CUT);
+    }
+
+    /// Asks the watchdog to close the connection now to make room for a
+    /// new one.
+    pub fn evict(&self) {
+        self.close_now(EVICTED);
+    }
+
+    fn close_now(&self, why: u8) {
+        if self.cut.compare_exchange(KEEP, why, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+            self.wake.notify_one();
+        }
     }
 
     fn now_ms(&self) -> u64 {
@@ -111,8 +134,10 @@ impl Activity {
     pub fn verdict(&self, timeout: Duration) -> Verdict {
         let now = self.now_ms();
         let timeout = timeout.as_millis() as u64;
-        if self.cut.load(Ordering::Relaxed) {
-            return Verdict::Cut;
+        match self.cut.load(Ordering::Relaxed) {
+            CUT => return Verdict::Cut,
+            EVICTED => return Verdict::Evicted,
+            _ => {}
         }
         if self.is_idle() {
             return if self.quiet_ms() >= timeout { Verdict::Idle } else { Verdict::Keep };
@@ -137,7 +162,10 @@ impl Drop for InFlight {
 pub(crate) async fn watch(activity: Arc<Activity>, timeout: Duration) -> Verdict {
     let period = (timeout / 4).clamp(Duration::from_millis(100), Duration::from_secs(1));
     loop {
-        tokio::time::sleep(period).await;
+        tokio::select! {
+            () = tokio::time::sleep(period) => {}
+            () = activity.wake.notified() => {}
+        }
         match activity.verdict(timeout) {
             Verdict::Keep => {}
             v => return v,
@@ -197,7 +225,8 @@ mod tests {
         assert_eq!(a2.verdict(t), Verdict::Keep);
         assert_eq!(a2.verdict(Duration::from_secs(4)), Verdict::SendTimeout);
         a2.cut();
-        assert_eq!(a2.verdict(t), Verdict::Cut);
+        a2.evict();
+        assert_eq!(a2.verdict(t), Verdict::Cut, "the first reason stands");
         drop(r);
         assert!(a.is_idle());
     }
@@ -209,7 +238,8 @@ mod tests {
                 last_write: AtomicU64::new(a.last_write.load(Ordering::Relaxed)),
                 last_read: AtomicU64::new(a.last_read.load(Ordering::Relaxed)),
                 in_flight: AtomicUsize::new(0),
-                cut: AtomicBool::new(false),
+                cut: AtomicU8::new(KEEP),
+                wake: tokio::sync::Notify::new(),
             }
         }
     }

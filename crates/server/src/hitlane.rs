@@ -15,6 +15,7 @@
 //! sees exactly the bytes the client sent. The lane therefore only has to
 //! be right about what it answers, not about HTTP as a whole.
 
+use crate::activity::Activity;
 use bytes::{Buf, Bytes, BytesMut};
 use prometheus_client::metrics::counter::Counter;
 use std::{
@@ -78,6 +79,7 @@ pub(crate) async fn run(
     limits: Limits,
     mut shutdown: watch::Receiver<bool>,
     answered: &Counter,
+    activity: &Activity,
 ) -> io::Result<Exit> {
     let mut buf = BytesMut::with_capacity(8 * 1024);
     // Grows to the largest batch; most connections stay small.
@@ -89,6 +91,7 @@ pub(crate) async fn run(
             _ = shutdown.wait_for(|stop| *stop) => return Ok(Exit::Closed),
         };
         let Ok(read) = read else { return Ok(Exit::Closed) };
+        activity.read();
         if read? == 0 {
             // A half-sent head at EOF: hyper answers it as it would.
             return Ok(if buf.is_empty() { Exit::Closed } else { Exit::HandOff(stream, buf.freeze()) });
@@ -98,6 +101,7 @@ pub(crate) async fn run(
             if count > 0 {
                 answered.inc_by(count);
                 stream.write_all(&out).await?;
+                activity.wrote();
                 out.clear();
                 deadline = Instant::now() + limits.idle;
             }
@@ -163,6 +167,66 @@ fn answer_all(buf: &mut BytesMut, source: &dyn HitSource, out: &mut Vec<u8>) -> 
     (count, batch)
 }
 
+/// One request head the lane offered to its [`HitSource`], as the fuzz
+/// target sees it.
+#[doc(hidden)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Offered {
+    pub target: String,
+    pub head: bool,
+    /// The header fields passed along, names as sent.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// Whether the source answered it.
+    pub answered: bool,
+}
+
+/// What the lane made of `input`, for the fuzz target (`fuzz/`).
+#[doc(hidden)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaneOutcome {
+    /// Every request offered to the source, in order; all but the last were
+    /// answered, and the last too unless the lane handed off there.
+    pub offered: Vec<Offered>,
+    /// Bytes consumed from the front of `input`: the answered requests.
+    pub consumed: usize,
+    /// Whether the connection went to hyper; otherwise the lane waits for
+    /// the rest of a head (or for the next one).
+    pub handed_off: bool,
+}
+
+/// Runs [`answer_all`] over `input` as the connection loop would (writing
+/// out a full batch and going on), with a source that answers a request
+/// when `hit(target)` says so and records what it was offered.
+#[doc(hidden)]
+pub fn answer_for_fuzzing(input: &[u8], hit: impl FnMut(&str) -> bool + Send) -> LaneOutcome {
+    struct Recorder<F>(std::sync::Mutex<(F, Vec<Offered>)>);
+    impl<F: FnMut(&str) -> bool + Send> HitSource for Recorder<F> {
+        fn render(&self, target: &str, head: bool, headers: &[httparse::Header<'_>], out: &mut Vec<u8>) -> bool {
+            let mut guard = self.0.lock().expect("not poisoned");
+            let (hit, offered) = &mut *guard;
+            let answered = hit(target);
+            let headers = headers.iter().map(|h| (h.name.to_owned(), h.value.to_vec())).collect();
+            offered.push(Offered { target: target.to_owned(), head, headers, answered });
+            if answered {
+                out.extend_from_slice(target.as_bytes());
+            }
+            answered
+        }
+    }
+    let source = Recorder(std::sync::Mutex::new((hit, Vec::new())));
+    let mut buf = BytesMut::from(input);
+    let mut out = Vec::new();
+    let handed_off = loop {
+        match answer_all(&mut buf, &source, &mut out).1 {
+            Batch::Full => out.clear(),
+            Batch::NeedMore => break false,
+            Batch::Other => break true,
+        }
+    };
+    let offered = source.0.into_inner().expect("not poisoned").1;
+    LaneOutcome { offered, consumed: input.len() - buf.len(), handed_off }
+}
+
 /// Appends `date: <now>\r\n`, formatted once a second per thread.
 pub(crate) fn put_date(out: &mut Vec<u8>, now: SystemTime) {
     thread_local! {
@@ -223,7 +287,7 @@ mod tests {
 
     #[test]
     fn the_first_request_not_answered_and_all_after_it_stay_for_hyper() {
-        let hit = b"GET /hit HTTP/1.1\r\n\r\n";
+        let hit = b"GET /hit HTTP/1.1\r\nHost: x\r\n\r\n";
         for other in [
             &b"GET /miss HTTP/1.1\r\n\r\n"[..],
             b"GET /hit HTTP/1.1\r\nRange: bytes=0-0\r\n\r\n",
@@ -236,6 +300,7 @@ mod tests {
             b"GET http://x/hit HTTP/1.1\r\n\r\n",
             b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
             b"GET /hit HTTP/1.1\r\nBad Header\r\n\r\n",
+            b"GET /hit HTTP/1.1\r\n\r\n",
         ] {
             let input = [&hit[..], other, hit].concat();
             let (out, rest, handed) = answer(&input);

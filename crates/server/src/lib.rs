@@ -41,6 +41,7 @@ mod http;
 mod mailbox;
 mod metrics;
 mod observe;
+mod open_connections;
 pub mod origin;
 mod pacer;
 pub mod rfc9110;
@@ -172,6 +173,9 @@ impl Server {
         let (stop, stopping) = tokio::sync::watch::channel(false);
         let limits = hitlane::Limits { idle: self.cfg.header_timeout, max_head: self.cfg.max_header_bytes };
         let slots = Arc::new(Semaphore::new(self.cfg.max_connections));
+        // Near the cap, each new connection closes the idlest open one.
+        let headroom = (self.cfg.max_connections / 50).max(1);
+        let open = Arc::new(open_connections::OpenConnections::default());
         let per_address = Arc::new(PerAddress::new(self.cfg.max_connections_per_ip));
         let send_timeout = self.cfg.send_timeout;
         tokio::pin!(shutdown);
@@ -199,6 +203,9 @@ impl Server {
                 let _ = socket2::SockRef::from(&stream).set_tcp_notsent_lowat(lowat);
             }
             let state = self.state.clone();
+            if slots.available_permits() <= headroom && open.evict_idlest() {
+                self.state.metrics.connections_evicted.inc();
+            }
             let permit = slots.clone().try_acquire_owned().ok();
             let address = per_address.admit(peer.ip());
             let busy = permit.is_none() || address.is_none();
@@ -215,6 +222,7 @@ impl Server {
             let metrics = self.state.metrics.clone();
             let answered = metrics.requests.get_or_create(&metrics::StatusLabel { code: 200 }).clone();
             let activity = activity::Activity::new();
+            let registration = open.register(&activity);
             let conn = Connection { state, lane, limits, stopping, answered, busy, builder, arena, activity };
             tokio::spawn(async move {
                 metrics.connections.inc();
@@ -227,11 +235,12 @@ impl Server {
                         if verdict == activity::Verdict::Cut {
                             metrics.connections_cut.inc();
                         }
+                        // (Evictions are counted where they are decided.)
                         tracing::debug!(%peer, ?verdict, "connection closed by the watchdog");
                     }
                 }
                 metrics.connections.dec();
-                drop((permit, address));
+                drop((permit, address, registration));
             });
         }
         // New connections are refused from now on, not left waiting in
@@ -267,7 +276,7 @@ impl Connection {
         let peer = stream.peer_addr().ok();
         let (stream, unread) = match lane {
             None => (stream, Bytes::new()),
-            Some(tier) => match hitlane::run(stream, &*tier, limits, stopping, &answered).await {
+            Some(tier) => match hitlane::run(stream, &*tier, limits, stopping, &answered, &activity).await {
                 Ok(hitlane::Exit::HandOff(stream, unread)) => (stream, unread),
                 Ok(hitlane::Exit::Closed) | Err(_) => return,
             },

@@ -31,6 +31,7 @@ pub struct Metrics {
     pub downloads_abandoned: Counter,
     pub downloads_parked: Counter,
     pub connections_cut: Counter,
+    pub connections_evicted: Counter,
     pub download_seconds: Histogram,
     /// Refreshed from the scheduler at each scrape.
     pub cache_hits: Counter,
@@ -55,6 +56,7 @@ impl Metrics {
             downloads_abandoned: Counter::default(),
             downloads_parked: Counter::default(),
             connections_cut: Counter::default(),
+            connections_evicted: Counter::default(),
             download_seconds: Histogram::new([0.01, 0.1, 1.0, 10.0, 60.0, 300.0, 1800.0, 7200.0]),
             cache_hits: Counter::default(),
             cache_misses: Counter::default(),
@@ -87,6 +89,11 @@ impl Metrics {
             "connections_cut",
             "Connections closed because they stopped reading while holding blocks the cache needed back",
             m.connections_cut.clone(),
+        );
+        r.register(
+            "connections_evicted",
+            "Idle connections closed to make room for new ones near --max-connections",
+            m.connections_evicted.clone(),
         );
         r.register("download_duration_seconds", "Completed download durations", m.download_seconds.clone());
         r.register("active_clients", "Downloads in progress by role", m.active_clients.clone());
