@@ -3,6 +3,7 @@
 
 mod bench;
 mod get;
+mod index;
 mod serve;
 mod sim;
 
@@ -22,13 +23,15 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve the files of a directory over HTTP/1.1 and HTTP/2.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Measure real servers over real sockets (amplification, hot, slow).
     Bench(bench::BenchArgs),
     /// Simulate a server, its disk and its clients with the real scheduler.
     Sim(sim::SimArgs),
     /// Download a file: natively from a circus server, over plain HTTP from any other.
     Get(get::GetArgs),
+    /// Build the hash indexes of a directory's files ahead of serving.
+    Index(index::IndexArgs),
 }
 
 fn main() {
@@ -47,10 +50,11 @@ fn main() {
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
-        Command::Serve(args) => serve::main(args),
+        Command::Serve(args) => serve::main(*args),
         Command::Sim(args) => sim::main(args),
         Command::Bench(args) => bench::main(args),
         Command::Get(args) => get::main(args),
+        Command::Index(args) => index::main(args),
     };
     // One line naming the problem and its cause chain, never a backtrace.
     if let Err(e) = result {

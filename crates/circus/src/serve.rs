@@ -93,6 +93,15 @@ pub struct ServeArgs {
     /// Downloads wait rather than read faster.
     #[arg(long)]
     read_rate: Option<ByteSize>,
+    /// Keep hash indexes in DIR instead of DIR/.circus/index beside the data
+    /// (for a read-only tree; `circus index` builds them ahead).
+    #[arg(long, value_name = "DIR")]
+    index_dir: Option<PathBuf>,
+    /// Seconds a native request waits for its file's hash index to be built
+    /// before it is served the plain stream instead (default 2; the build
+    /// goes on, and later requests are native).
+    #[arg(long, value_name = "SECONDS")]
+    index_wait: Option<u64>,
     /// Serve files and directories whose names start with a dot (.git/,
     /// .env); by default they are answered 404.
     #[arg(long)]
@@ -147,6 +156,7 @@ impl ServeArgs {
             send_lowat: self.send_lowat,
             zero_copy: self.zero_copy,
             cache_dir: self.cache_dir.clone(),
+            index_dir: self.index_dir.clone(),
             read_rate: self.read_rate,
             origin: self.origin.clone(),
             origin_block: self.origin_block,
@@ -157,6 +167,7 @@ impl ServeArgs {
             s3_max_age_secs: self.s3_max_age,
             dotfiles: self.dotfiles,
             send_timeout_secs: self.send_timeout,
+            index_wait_secs: self.index_wait,
             max_connections_per_ip: self.max_connections_per_ip,
             max_streams: self.max_streams,
             ..FileConfig::default()

@@ -150,7 +150,8 @@ fn a_response_without_progress_is_closed_after_the_send_timeout_and_the_address_
     // Four connections from one address at most: the fifth is answered 503.
     let four: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(&s.addr).unwrap()).collect();
     std::thread::sleep(Duration::from_millis(200));
-    let (_, status, _) = common::get_head(&s.addr, "/big.bin", &[]);
+    let (_, status, headers) = common::get_head(&s.addr, "/big.bin", &[]);
     assert_eq!(status, 503);
+    assert_eq!(headers.get("retry-after").map(String::as_str), Some("1"), "{headers:?}");
     drop(four);
 }

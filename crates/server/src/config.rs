@@ -29,6 +29,11 @@ pub struct ServeConfig {
     pub zero_copy: bool,
     /// Where the zero-copy cache file lives (`None`: a memfd).
     pub cache_dir: Option<PathBuf>,
+    /// Where hash indexes are stored (`None`: `ROOT/.circus/index`).
+    pub index_dir: Option<PathBuf>,
+    /// How long a native request waits for its file's hash index to be
+    /// built before it gets the plain stream instead (the build goes on).
+    pub index_wait: Duration,
     /// Most bytes per second read from storage (`None`: as fast as it goes).
     pub read_rate: Option<u64>,
     /// Serve from this origin through the caching tier instead of `root`.
@@ -62,6 +67,8 @@ impl ServeConfig {
             send_lowat: Some(128 * 1024),
             zero_copy: true,
             cache_dir: None,
+            index_dir: None,
+            index_wait: Duration::from_secs(2),
             read_rate: None,
             origin: None,
             dotfiles: false,
@@ -99,6 +106,7 @@ pub struct FileConfig {
     pub zero_copy: Option<bool>,
     /// A directory for the cache file, e.g. a tmpfs mounted `huge=always`.
     pub cache_dir: Option<PathBuf>,
+    pub index_dir: Option<PathBuf>,
     /// Bytes per second; 0 removes the cap.
     pub read_rate: Option<ByteSize>,
     /// `http://host:port/` or `s3://BUCKET[/PREFIX]`: serve this origin
@@ -126,6 +134,8 @@ pub struct FileConfig {
     pub dotfiles: Option<bool>,
     /// Seconds without progress before a connection is closed (default 60).
     pub send_timeout_secs: Option<u64>,
+    /// Seconds a native request waits for an index build (default 2).
+    pub index_wait_secs: Option<u64>,
     /// Connections per client address (default 0: no cap).
     pub max_connections_per_ip: Option<usize>,
     /// Open streams per HTTP/2 connection (default 100).
@@ -177,8 +187,12 @@ impl FileConfig {
         set(&mut cfg.zero_copy, self.zero_copy);
         set(&mut cfg.dotfiles, self.dotfiles);
         set(&mut cfg.send_timeout, self.send_timeout_secs.map(Duration::from_secs));
+        set(&mut cfg.index_wait, self.index_wait_secs.map(Duration::from_secs));
         set(&mut cfg.max_connections_per_ip, self.max_connections_per_ip);
         set(&mut cfg.max_streams, self.max_streams.map(|n| n.max(1)));
+        if let Some(dir) = &self.index_dir {
+            cfg.index_dir = Some(dir.clone());
+        }
         if let Some(dir) = &self.cache_dir {
             cfg.cache_dir = Some(dir.clone());
         }

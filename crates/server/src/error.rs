@@ -29,6 +29,15 @@ pub enum HttpError {
 }
 
 impl HttpError {
+    /// Seconds after which a retry may succeed, for `Retry-After`.
+    pub fn retry_after(&self) -> Option<u32> {
+        match self {
+            HttpError::Changed | HttpError::Busy => Some(1),
+            HttpError::Origin(_) => Some(5),
+            _ => None,
+        }
+    }
+
     pub fn status(&self) -> StatusCode {
         match self {
             HttpError::BadRequest(_) | HttpError::BadNeed(_) => StatusCode::BAD_REQUEST,

@@ -10,7 +10,7 @@ use crate::{
 use bytes::{Bytes, BytesMut};
 use circus_core::{BlockLayout, FileId};
 use circus_proto::{Manifest, encode_preamble};
-use circus_store::{BlockReader, FileIndex, FileVersion, INDEX_DIR, StoreError};
+use circus_store::{BlockReader, FileIndex, FileVersion, INDEX_DIR, StoreError, default_index_dir};
 use std::{
     collections::HashMap,
     path::{Path, PathBuf},
@@ -18,9 +18,12 @@ use std::{
         Arc, Mutex, OnceLock,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
-    time::SystemTime,
+    time::{Duration, Instant, SystemTime},
 };
 use tokio::sync::OnceCell;
+
+/// How often a long index build logs its progress.
+const BUILD_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// One version of one file.
 #[derive(Debug)]
@@ -35,6 +38,8 @@ pub struct FileEntry {
     pub content_type: String,
     pub layout: BlockLayout,
     index: OnceCell<Arc<FileIndex>>,
+    /// While the index is being built: bytes hashed so far.
+    build: Mutex<Option<Arc<AtomicU64>>>,
     /// The encoded preamble and manifest, shared by every native response
     /// of this version (32 bytes per block: 128 KiB for a 256 MiB file, which
     /// a slow client would otherwise pin once per connection).
@@ -75,6 +80,7 @@ impl FileEntry {
             content_type: content_type.unwrap_or("application/octet-stream").to_owned(),
             layout: BlockLayout::new(obj.size, index.block_size),
             index: OnceCell::new_with(Some(index)),
+            build: Mutex::new(None),
             preface: OnceLock::new(),
         }
     }
@@ -121,20 +127,48 @@ impl FileEntry {
         self.index.get().cloned()
     }
 
-    /// The hash index, built on first use on a blocking thread; concurrent
-    /// callers wait for the one build. A file that is no longer this
-    /// version is [`HttpError::Changed`].
-    pub async fn index(&self, root: &Path) -> Result<Arc<FileIndex>, HttpError> {
+    /// Bytes hashed so far, while the index is being built.
+    pub fn build_progress(&self) -> Option<u64> {
+        self.build.lock().expect("build lock").as_ref().map(|done| done.load(Ordering::Relaxed))
+    }
+
+    /// The hash index, loaded from `index_dir` or built on first use on a
+    /// blocking thread (logging its progress); concurrent callers wait for
+    /// the one build. A file that is no longer this version is
+    /// [`HttpError::Changed`].
+    pub async fn index(&self, root: &Path, index_dir: &Path) -> Result<Arc<FileIndex>, HttpError> {
         self.index
             .get_or_try_init(|| async {
                 let Backing::Disk { version, .. } = &self.backing else {
                     return Err(HttpError::Internal(format!("{}: an origin object comes with its index", self.rel)));
                 };
-                let (root, rel, block, version) =
-                    (root.to_owned(), self.rel.clone(), self.layout.block_size(), *version);
-                let built = tokio::task::spawn_blocking(move || FileIndex::load_or_build(&root, &rel, version, block))
-                    .await
-                    .map_err(|e| HttpError::Internal(format!("index task: {e}")))?;
+                let done = Arc::new(AtomicU64::new(0));
+                *self.build.lock().expect("build lock") = Some(done.clone());
+                let (root, dir, rel, block, version) =
+                    (root.to_owned(), index_dir.to_owned(), self.rel.clone(), self.layout.block_size(), *version);
+                let built = tokio::task::spawn_blocking(move || {
+                    if let Some(index) = FileIndex::load_stored(&dir, &rel, version, block) {
+                        return Ok(index);
+                    }
+                    let started = Instant::now();
+                    let mut logged = started;
+                    tracing::info!(file = %rel, bytes = version.size, "building the hash index");
+                    let index = FileIndex::load_or_build(&dir, &root, &rel, version, block, &mut |hashed| {
+                        done.store(hashed, Ordering::Relaxed);
+                        if logged.elapsed() >= BUILD_LOG_EVERY {
+                            logged = Instant::now();
+                            let pct = hashed as f64 * 100.0 / version.size.max(1) as f64;
+                            tracing::info!(file = %rel, hashed, "hash index {pct:.0}% built");
+                        }
+                    })?;
+                    let secs = started.elapsed().as_secs_f64();
+                    let rate = version.size as f64 / secs.max(1e-9) / 1e6;
+                    tracing::info!(file = %rel, "hash index built in {secs:.1} s ({rate:.0} MB/s)");
+                    Ok(index)
+                })
+                .await
+                .map_err(|e| HttpError::Internal(format!("index task: {e}")))?;
+                *self.build.lock().expect("build lock") = None;
                 match built {
                     Ok(index) => Ok(Arc::new(index)),
                     Err(StoreError::Changed { .. }) => Err(HttpError::Changed),
@@ -144,6 +178,26 @@ impl FileEntry {
             .await
             .cloned()
     }
+
+    /// The hash index if it is ready within `wait`. The build goes on in
+    /// the background either way (one per version), so a request that
+    /// cannot wait for a large file still starts it.
+    pub async fn index_within(
+        self: &Arc<Self>,
+        files: &FileTable,
+        wait: Duration,
+    ) -> Result<Option<Arc<FileIndex>>, HttpError> {
+        if let Some(index) = self.index_now() {
+            return Ok(Some(index));
+        }
+        let (entry, root, dir) = (self.clone(), files.root.clone(), files.index_dir.clone());
+        // A task of its own: a waiter that gives up must not cancel the build.
+        let build = tokio::spawn(async move { entry.index(&root, &dir).await });
+        match tokio::time::timeout(wait, build).await {
+            Ok(joined) => joined.map_err(|e| HttpError::Internal(format!("index task: {e}")))?.map(Some),
+            Err(_) => Ok(None),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -152,16 +206,32 @@ pub struct FileTable {
     /// Serve names that start with a dot (off: 404).
     dotfiles: bool,
     block_size: u32,
+    /// Where hash indexes are stored (by default `ROOT/.circus/index`);
+    /// never served.
+    index_dir: PathBuf,
+    /// How long a native request waits for an index build.
+    index_wait: Duration,
     next_id: AtomicU64,
     versions: Mutex<HashMap<String, Arc<FileEntry>>>,
+}
+
+/// An index build in progress, for `/status`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct IndexBuild {
+    pub path: String,
+    pub size: u64,
+    pub hashed: u64,
 }
 
 impl FileTable {
     /// `root` must exist; it is canonicalised once so that symlink checks
     /// compare like with like.
     pub fn new(root: &Path, block_size: u32) -> std::io::Result<Self> {
+        let root = root.canonicalize()?;
         Ok(Self {
-            root: root.canonicalize()?,
+            index_dir: default_index_dir(&root),
+            index_wait: Duration::from_secs(2),
+            root,
             dotfiles: false,
             block_size,
             next_id: AtomicU64::new(1),
@@ -175,8 +245,42 @@ impl FileTable {
         self
     }
 
+    /// Keeps hash indexes in `dir` (created if missing) instead of beside
+    /// the data.
+    pub fn with_index_dir(mut self, dir: &Path) -> std::io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        self.index_dir = dir.canonicalize()?;
+        Ok(self)
+    }
+
+    /// Native requests wait this long for an index build (see
+    /// [`FileEntry::index_within`]).
+    pub fn with_index_wait(mut self, wait: Duration) -> Self {
+        self.index_wait = wait;
+        self
+    }
+
+    pub fn index_wait(&self) -> Duration {
+        self.index_wait
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    pub fn index_dir(&self) -> &Path {
+        &self.index_dir
+    }
+
+    /// The index builds in progress.
+    pub fn builds(&self) -> Vec<IndexBuild> {
+        let versions = self.versions.lock().expect("file table lock");
+        let mut builds: Vec<IndexBuild> = versions
+            .values()
+            .filter_map(|e| e.build_progress().map(|hashed| IndexBuild { path: e.rel.clone(), size: e.size, hashed }))
+            .collect();
+        builds.sort_by(|a, b| a.path.cmp(&b.path));
+        builds
     }
 
     /// Resolves a URL path (still percent-encoded) to the current version of
@@ -190,11 +294,14 @@ impl FileTable {
         let Ok(real_rel) = real.strip_prefix(&self.root) else {
             return Err(HttpError::Forbidden("path leaves the served directory"));
         };
+        if real.starts_with(&self.index_dir) {
+            return Err(HttpError::NotFound);
+        }
         relative_path(&real_rel.to_string_lossy(), self.dotfiles)?;
         let version = settled_version(&real)?;
         let mut versions = self.versions.lock().expect("file table lock");
         match versions.get(&rel) {
-            Some(e) if e.is_stale() => FileIndex::discard(&self.root, &rel),
+            Some(e) if e.is_stale() => FileIndex::discard(&self.index_dir, &rel),
             Some(e) if matches!(&e.backing, Backing::Disk { version: v, .. } if *v == version) => {
                 return Ok(e.clone());
             }
@@ -210,6 +317,7 @@ impl FileTable {
             size: version.size,
             modified: version.modified(),
             index: OnceCell::new(),
+            build: Mutex::new(None),
             preface: OnceLock::new(),
         });
         if versions.len() >= IDLE_ENTRIES {

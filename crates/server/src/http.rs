@@ -35,6 +35,9 @@ pub fn error_response(e: &HttpError) -> Response<ResBody> {
     if matches!(e, HttpError::MethodNotAllowed) {
         res.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
     }
+    if let Some(secs) = e.retry_after() {
+        res.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
     res
 }
 
@@ -92,7 +95,8 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>) -> Result<Response<Re
             let res = plain(state, &file, h, head);
             if !head && res.status() == StatusCode::OK && state.small.wants(&file) {
                 let read = state.metrics.storage_read_bytes.clone();
-                state.small.admit(state.files.root().to_owned(), read, file.clone(), req.uri().path());
+                let paths = (state.files.root().to_owned(), state.files.index_dir().to_owned());
+                state.small.admit(paths, read, file.clone(), req.uri().path());
             }
             res
         }
@@ -152,9 +156,24 @@ async fn native(
     h: &HeaderMap,
     head: bool,
 ) -> Result<Response<ResBody>, HttpError> {
-    let index = file.index(state.files.root()).await?;
-    native_response(&state.driver, file, &index, h, head)
+    match file.index_within(&state.files, state.files.index_wait()).await? {
+        Some(index) => native_response(&state.driver, file, &index, h, head),
+        None => {
+            // A large file's first native request: its blocks cannot be
+            // verified before the whole file is hashed. It gets the plain
+            // stream now (circus get takes it as a plain download), and
+            // says how far the build is.
+            let mut res = plain(state, file, h, head);
+            let hashed = file.build_progress().unwrap_or(0);
+            let note = format!("building; hashed={hashed}; size={}", file.size);
+            res.headers_mut().insert(INDEX_HEADER, HeaderValue::from_str(&note).expect("ASCII"));
+            Ok(res)
+        }
+    }
 }
+
+/// Tells a native client that the file's index is still being built.
+pub(crate) const INDEX_HEADER: &str = "circus-index";
 
 /// The native stream of `file` (local or an origin object) from the
 /// scheduler, honouring a resume's `Circus-Need` when `If-Range` allows.

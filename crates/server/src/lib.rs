@@ -101,9 +101,15 @@ impl Server {
         if let Err(e) = cfg.sched.validate() {
             return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()));
         }
-        let files = FileTable::new(&cfg.root, cfg.sched.block_size)
+        let mut files = FileTable::new(&cfg.root, cfg.sched.block_size)
             .map_err(|e| std::io::Error::new(e.kind(), format!("cannot serve {}: {e}", cfg.root.display())))?
-            .with_dotfiles(cfg.dotfiles);
+            .with_dotfiles(cfg.dotfiles)
+            .with_index_wait(cfg.index_wait);
+        if let Some(dir) = &cfg.index_dir {
+            files = files
+                .with_index_dir(dir)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("--index-dir {}: {e}", dir.display())))?;
+        }
         let listener = TcpListener::bind(cfg.listen).await?;
         let mut registry = Registry::default();
         let metrics = Arc::new(metrics::Metrics::register(&mut registry));

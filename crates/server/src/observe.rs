@@ -47,7 +47,10 @@ fn role_name(r: circus_sched::Role) -> &'static str {
 
 pub async fn status(state: &Arc<AppState>) -> Response<ResBody> {
     let body = match state.driver.status().await {
-        Some((status, counters)) => serde_json::json!({ "scheduler": status, "counters": counters }).to_string(),
+        Some((status, counters)) => {
+            let builds = state.files.builds();
+            serde_json::json!({ "scheduler": status, "counters": counters, "index_builds": builds }).to_string()
+        }
         None => "{\"error\":\"shutting down\"}".into(),
     };
     text(body, "application/json")

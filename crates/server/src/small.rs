@@ -90,13 +90,20 @@ impl SmallFiles {
     /// Reads `file` (served from `root`) once and keeps its whole response
     /// under `url_path`, in the background, counting the read in
     /// `read_bytes`; a second call for a version being admitted is a no-op.
-    pub fn admit(self: &Arc<Self>, root: PathBuf, read_bytes: Counter, file: Arc<FileEntry>, url_path: &str) {
+    /// `paths`: the served root and the index directory.
+    pub fn admit(
+        self: &Arc<Self>,
+        paths: (PathBuf, PathBuf),
+        read_bytes: Counter,
+        file: Arc<FileEntry>,
+        url_path: &str,
+    ) {
         if !self.admitting.lock().expect("admitting lock").insert(file.id) {
             return;
         }
         let (this, url_path) = (self.clone(), url_path.to_owned());
         tokio::spawn(async move {
-            let built = Self::build(&root, &read_bytes, &file).await;
+            let built = Self::build(&paths, &read_bytes, &file).await;
             match built {
                 Ok(small) => this.cache.insert(url_path, Arc::new(small)),
                 Err(e) => tracing::debug!(path = %file.rel, error = %e, "small file not kept"),
@@ -105,8 +112,8 @@ impl SmallFiles {
         });
     }
 
-    async fn build(root: &std::path::Path, read_bytes: &Counter, file: &Arc<FileEntry>) -> Result<Small, String> {
-        let index = file.index(root).await.map_err(|e| e.to_string())?;
+    async fn build(paths: &(PathBuf, PathBuf), read_bytes: &Counter, file: &Arc<FileEntry>) -> Result<Small, String> {
+        let index = file.index(&paths.0, &paths.1).await.map_err(|e| e.to_string())?;
         let f = file.clone();
         let read = tokio::task::spawn_blocking(move || f.reader()?.read_block(0, f.size as u32));
         let bytes = read.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
@@ -215,7 +222,7 @@ mod tests {
         let file = files.lookup("/s.txt").unwrap();
         assert!(small.wants(&file));
         let read = Counter::default();
-        small.admit(files.root().to_owned(), read.clone(), file, "/s.txt");
+        small.admit((files.root().to_owned(), files.index_dir().to_owned()), read.clone(), file, "/s.txt");
         let kept = |s: &SmallFiles| s.cache.get("/s.txt").is_some();
         for _ in 0..200 {
             if kept(&small) {

@@ -1,5 +1,7 @@
-//! A file version's hash index, kept beside the data under
-//! `ROOT/.circus/index/` (a directory the server never serves).
+//! A file version's hash index, kept in an index directory: by default
+//! `ROOT/.circus/index/` beside the data (a directory the server never
+//! serves), or wherever the operator puts it (`--index-dir`, for a
+//! read-only tree).
 //!
 //! Layout (little endian): magic `CIDX0002`, size u64, mtime seconds i64,
 //! mtime nanoseconds u32, ctime seconds i64, ctime nanoseconds u32, device
@@ -21,6 +23,13 @@ use std::{
 
 /// The hidden directory under the served root; requests for it are refused.
 pub const INDEX_DIR: &str = ".circus";
+/// Where a tree's indexes are kept unless told otherwise: `ROOT/.circus/index`.
+pub fn default_index_dir(root: &Path) -> PathBuf {
+    root.join(INDEX_DIR).join("index")
+}
+
+/// How often a build reports progress, in bytes hashed.
+const PROGRESS_EVERY: u64 = 64 << 20;
 const MAGIC: &[u8; 8] = b"CIDX0002";
 const HEADER: usize = 8 + 8 + 12 + 12 + 8 + 8 + 4 + 4 + 32 + 32;
 
@@ -47,26 +56,30 @@ impl FileIndex {
         self.leaves.get(index as usize).is_some_and(|leaf| *leaf == circus_proto::HashTree::leaf_hash(data))
     }
 
-    /// Where the index of `rel` (a path relative to `root`) lives.
-    pub fn path_for(root: &Path, rel: &str) -> PathBuf {
+    /// Where the index of `rel` (a path relative to the served root) lives
+    /// in `index_dir`.
+    pub fn path_for(index_dir: &Path, rel: &str) -> PathBuf {
         let name = blake3::hash(rel.as_bytes()).to_hex();
-        root.join(INDEX_DIR).join("index").join(format!("{}.idx", &name[..32]))
+        index_dir.join(format!("{}.idx", &name[..32]))
     }
 
-    /// The stored index of `root/rel` if it describes `version`, else a
-    /// fresh one (built by reading the whole file, then stored). A file
+    /// The stored index of `root/rel` (in `index_dir`) if it describes
+    /// `version`, else a fresh one, built by reading the whole file
+    /// (`progress` is told the bytes hashed so far) and then stored. A file
     /// that is no longer `version` is [`StoreError::Changed`]. Blocking.
     pub fn load_or_build(
+        index_dir: &Path,
         root: &Path,
         rel: &str,
         version: FileVersion,
         block_size: u32,
+        progress: &mut dyn FnMut(u64),
     ) -> Result<FileIndex, StoreError> {
-        let stored = Self::path_for(root, rel);
-        if let Some(index) = Self::load(&stored).filter(|i| i.matches(version, block_size)) {
+        if let Some(index) = Self::load_stored(index_dir, rel, version, block_size) {
             return Ok(index);
         }
-        let index = Self::build(&root.join(rel), version, block_size)?;
+        let stored = Self::path_for(index_dir, rel);
+        let index = Self::build(&root.join(rel), version, block_size, progress)?;
         if let Err(e) = index.store(&stored) {
             // Serving still works without a stored index; it is rebuilt next time.
             tracing::warn!(error = %e, "could not store hash index");
@@ -74,19 +87,52 @@ impl FileIndex {
         Ok(index)
     }
 
-    /// Forgets the stored index of `root/rel` (a block failed its hash: the
-    /// file changed in a way its version did not show, or the index is bad).
-    pub fn discard(root: &Path, rel: &str) {
-        let _ = fs::remove_file(Self::path_for(root, rel));
+    /// The stored index of `rel` if there is one for `version` and
+    /// `block_size`. Blocking.
+    pub fn load_stored(index_dir: &Path, rel: &str, version: FileVersion, block_size: u32) -> Option<FileIndex> {
+        Self::load(&Self::path_for(index_dir, rel)).filter(|i| i.matches(version, block_size))
+    }
+
+    /// Forgets the stored index of `rel` (a block failed its hash: the file
+    /// changed in a way its version did not show, or the index is bad).
+    pub fn discard(index_dir: &Path, rel: &str) {
+        let _ = fs::remove_file(Self::path_for(index_dir, rel));
+    }
+
+    /// Removes the stored indexes in `index_dir` of every file not in
+    /// `rels` (files deleted or renamed since). Returns how many it removed.
+    pub fn remove_others<'a>(index_dir: &Path, rels: impl IntoIterator<Item = &'a str>) -> io::Result<usize> {
+        let keep: std::collections::HashSet<PathBuf> = rels.into_iter().map(|r| Self::path_for(index_dir, r)).collect();
+        let entries = match fs::read_dir(index_dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(e),
+        };
+        let mut removed = 0;
+        for entry in entries {
+            let path = entry?.path();
+            let is_index = path.extension().is_some_and(|e| e == "idx");
+            if is_index && !keep.contains(&path) {
+                fs::remove_file(&path)?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
     }
 
     fn matches(&self, version: FileVersion, block_size: u32) -> bool {
         self.version == Some(version) && self.block_size == block_size
     }
 
-    /// Reads the whole file once: leaf hashes and the SHA-256 together. The
+    /// Reads the whole file once: leaf hashes and the SHA-256 together,
+    /// telling `progress` the bytes hashed so far every 64 MiB or so. The
     /// file must be `version` before and after, else [`StoreError::Changed`].
-    pub fn build(path: &Path, version: FileVersion, block_size: u32) -> Result<FileIndex, StoreError> {
+    pub fn build(
+        path: &Path,
+        version: FileVersion,
+        block_size: u32,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<FileIndex, StoreError> {
         let read_err = |source| StoreError::Read { path: path.to_owned(), source };
         let changed = || StoreError::Changed { path: path.to_owned() };
         let mut f = File::open(path).map_err(read_err)?;
@@ -106,7 +152,12 @@ impl FileIndex {
             })?;
             sha.update(&*block);
             leaves.push(circus_proto::HashTree::leaf_hash(block));
+            let done = layout.offset(b) + block.len() as u64;
+            if done % PROGRESS_EVERY < block.len() as u64 {
+                progress(done);
+            }
         }
+        progress(version.size);
         if !same(&f)? {
             return Err(changed());
         }
@@ -209,7 +260,7 @@ mod tests {
 
     fn index(root: &Path, rel: &str, block_size: u32) -> Result<FileIndex, StoreError> {
         let version = FileVersion::of(&fs::metadata(root.join(rel)).unwrap());
-        FileIndex::load_or_build(root, rel, version, block_size)
+        FileIndex::load_or_build(&default_index_dir(root), root, rel, version, block_size, &mut |_| {})
     }
 
     #[test]
@@ -222,7 +273,7 @@ mod tests {
         assert_eq!(first.sha256, <[u8; 32]>::from(Sha256::digest(&data)));
         assert!(first.verify(2, &data[8192..]));
         assert!(!first.verify(2, &data[8191..10_000 - 1]));
-        let stored = FileIndex::path_for(dir.path(), "a/b.bin");
+        let stored = FileIndex::path_for(&default_index_dir(dir.path()), "a/b.bin");
         assert_eq!(FileIndex::load(&stored), Some(first.clone()));
         // Another block size does not reuse the stored index.
         assert_eq!(index(dir.path(), "a/b.bin", 8192).unwrap().leaves.len(), 2);
@@ -253,8 +304,28 @@ mod tests {
         write(dir.path(), "f", b"one");
         let v = FileVersion::of(&fs::metadata(dir.path().join("f")).unwrap());
         write(dir.path(), "f", b"two, longer");
-        let got = FileIndex::load_or_build(dir.path(), "f", v, 4096);
+        let got = FileIndex::load_or_build(&default_index_dir(dir.path()), dir.path(), "f", v, 4096, &mut |_| {});
         assert!(matches!(got, Err(StoreError::Changed { .. })), "{got:?}");
+    }
+
+    #[test]
+    fn builds_report_progress_and_indexes_of_deleted_files_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let indexes = dir.path().join("elsewhere");
+        write(dir.path(), "keep", &[1u8; 10_000]);
+        write(dir.path(), "gone", &[2u8; 10]);
+        for rel in ["keep", "gone"] {
+            let v = FileVersion::of(&fs::metadata(dir.path().join(rel)).unwrap());
+            let mut seen = Vec::new();
+            FileIndex::load_or_build(&indexes, dir.path(), rel, v, 4096, &mut |done| seen.push(done)).unwrap();
+            assert_eq!(seen.last(), Some(&v.size), "{rel}: {seen:?}");
+            assert!(FileIndex::path_for(&indexes, rel).exists());
+        }
+        assert!(!default_index_dir(dir.path()).exists(), "stored in the index dir asked for, not beside the data");
+        fs::remove_file(dir.path().join("gone")).unwrap();
+        assert_eq!(FileIndex::remove_others(&indexes, ["keep"]).unwrap(), 1);
+        assert!(FileIndex::path_for(&indexes, "keep").exists());
+        assert!(!FileIndex::path_for(&indexes, "gone").exists());
     }
 
     #[test]
@@ -262,7 +333,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         write(dir.path(), "f", b"some bytes to hash");
         let good = index(dir.path(), "f", 4096).unwrap();
-        let stored = FileIndex::path_for(dir.path(), "f");
+        let stored = FileIndex::path_for(&default_index_dir(dir.path()), "f");
         let mut bytes = fs::read(&stored).unwrap();
         let last = bytes.len() - 1;
         bytes[last] ^= 1;
@@ -277,7 +348,7 @@ mod tests {
         write(dir.path(), "f", &[3u8; 9000]);
         let good = index(dir.path(), "f", 4096).unwrap();
         let bytes = good.encode().unwrap();
-        assert_eq!(bytes, fs::read(FileIndex::path_for(dir.path(), "f")).unwrap());
+        assert_eq!(bytes, fs::read(FileIndex::path_for(&default_index_dir(dir.path()), "f")).unwrap());
         assert_eq!(FileIndex::decode(&bytes), Some(good.clone()));
         let patched = |at: usize, with: &[u8]| {
             let mut b = bytes.clone();

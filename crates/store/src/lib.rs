@@ -12,11 +12,12 @@
 //!   mtime, ctime); every block read is checked to still belong to it.
 //!
 //! ```no_run
-//! use circus_store::{BlockReader, FileIndex, FileVersion};
+//! use circus_store::{BlockReader, FileIndex, FileVersion, default_index_dir};
 //! let root = std::path::Path::new("/srv/files");
 //! let path = root.join("images/os.iso");
 //! let version = FileVersion::of(&std::fs::metadata(&path).unwrap());
-//! let index = FileIndex::load_or_build(root, "images/os.iso", version, 64 * 1024).unwrap();
+//! let indexes = default_index_dir(root);
+//! let index = FileIndex::load_or_build(&indexes, root, "images/os.iso", version, 64 * 1024, &mut |_| {}).unwrap();
 //! let reader = BlockReader::open(&path, version).unwrap();
 //! let first = reader.read_block(0, index.layout().block_len(0)).unwrap();
 //! assert!(index.verify(0, &first));
@@ -29,5 +30,5 @@ mod version;
 
 pub use direct::BlockReader;
 pub use error::StoreError;
-pub use index::{FileIndex, INDEX_DIR};
+pub use index::{FileIndex, INDEX_DIR, default_index_dir};
 pub use version::{FileVersion, SETTLE, Stamp};

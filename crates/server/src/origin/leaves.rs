@@ -131,6 +131,7 @@ mod tests {
             &dir.path().join("f"),
             circus_store::FileVersion::of(&std::fs::metadata(dir.path().join("f")).unwrap()),
             1024,
+            &mut |_| {},
         )
         .unwrap();
         assert_eq!((index.root, &index.leaves), (local.root, &local.leaves));
