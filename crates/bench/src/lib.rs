@@ -27,12 +27,17 @@
 //!   28.8 kbit/s client links.
 //! - `slow`: thousands of connections that request a file and then read
 //!   nothing; server memory per connection beyond the cache budget.
+//! - `abuse`: a download and small requests beside non-reading,
+//!   zero-window HTTP/2, idle, slowloris and overlapping-range attackers;
+//!   throughput against a quiet run, small-request p99, memory; circus and
+//!   nginx.
 //!
 //! The paper's experiments (issue 4), in [`experiment`] with the scenarios
 //! in [`scenarios`]: every server of a comparison reads through one emulated
 //! disk ([`fusedisk`], a FUSE mount over the pure [`disk`] model) and sends
 //! over the same emulated links ([`netem`]: netns, veth, HTB per client).
 
+mod abuse;
 mod amplification;
 mod boot;
 pub mod delay;
@@ -113,6 +118,7 @@ pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> 
 pub async fn run(name: &str, opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Result<Report, BenchError> {
     std::fs::create_dir_all(&opts.work).map_err(io_err(format!("creating {}", opts.work.display())))?;
     match name {
+        "abuse" => abuse::run(opts, log).await,
         "amplification" => amplification::run(opts, amplification::Storage::Disk, log).await,
         "origin-amplification" => amplification::run(opts, amplification::Storage::Origin, log).await,
         "hot" => hot::run(opts, log).await,
@@ -123,7 +129,7 @@ pub async fn run(name: &str, opts: &BenchOptions, log: &mut (dyn FnMut(&str) + S
         "wpb-modem" => wpb::run(opts, wpb::Variant::Modem, log).await,
         "boot" => boot::run(opts, log).await,
         other => Err(BenchError::Setup(format!(
-            "unknown scenario {other:?}: use amplification, origin-amplification, hot, slow, lava, origin, wpb, wpb-modem, boot or one of {}",
+            "unknown scenario {other:?}: use abuse, amplification, origin-amplification, hot, slow, lava, origin, wpb, wpb-modem, boot or one of {}",
             scenarios::NAMES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
         ))),
     }

@@ -19,6 +19,8 @@ pub struct BenchArgs {
     /// Others: amplification (50 mixed-speed native clients, storage bytes read),
     /// hot (50 downloads of a resident file, circus vs nginx),
     /// slow (thousands of idle downloads, memory per connection),
+    /// abuse (a download and small requests beside non-reading, zero-window
+    /// h2, idle, slowloris and overlapping-range attackers; circus vs nginx),
     /// lava (1 KiB / 10 KiB resident objects at the highest rate, origin tier vs nginx),
     /// origin (a crowd missing one large origin object: origin bytes / size),
     /// origin-amplification (amplification's crowd through an origin tier:
