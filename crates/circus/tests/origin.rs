@@ -83,7 +83,7 @@ fn serve_conn(
         if reader.read_line(&mut line)? == 0 {
             return Ok(());
         }
-        let path = line.split_whitespace().nth(1).unwrap_or("/").to_owned();
+        let path = as_a_web_server_reads(line.split_whitespace().nth(1).unwrap_or("/"));
         let mut headers = HashMap::new();
         loop {
             let mut h = String::new();
@@ -158,6 +158,37 @@ fn serve_conn(
             *c.last_send.lock().unwrap() = Some(Instant::now());
         }
     }
+}
+
+/// The path a typical web server serves for a request target: percent
+/// escapes decoded (`%2f` included), then dot segments resolved (clamped
+/// at the root), as nginx and most origins do.
+fn as_a_web_server_reads(target: &str) -> String {
+    let path = target.split('?').next().unwrap_or("/");
+    let mut decoded = Vec::new();
+    let b = path.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match (b[i], b.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok())) {
+            (b'%', Some(v)) => {
+                decoded.push(v);
+                i += 3;
+            }
+            (c, _) => {
+                decoded.push(c);
+                i += 1;
+            }
+        }
+    }
+    let mut out: Vec<String> = Vec::new();
+    for seg in String::from_utf8_lossy(&decoded).split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => _ = out.pop(),
+            s => out.push(s.to_owned()),
+        }
+    }
+    format!("/{}", out.join("/"))
 }
 
 /// `circus serve --origin` in front of `origin`.
@@ -584,4 +615,26 @@ fn an_origin_object_replaced_under_native_clients_ends_their_streams_with_an_err
     assert_eq!(g.content_type, circus_proto::CONTENT_TYPE);
     assert!(!g.ended, "a native stream ended as complete although its object changed at the origin");
     assert!(g.error.is_some(), "the stream should end with an ERROR frame");
+}
+
+#[test]
+fn no_spelling_of_a_target_leaves_the_origin_prefix() {
+    let secret = Obj { data: Arc::new(b"SECRET=1".to_vec()), cache_control: "max-age=60", ..Obj::default() };
+    let fine = Obj { data: Arc::new(b"fine".to_vec()), cache_control: "max-age=60", ..Obj::default() };
+    let origin = start_origin(HashMap::from([("/.env", secret), ("/sub/ok.txt", fine)]));
+    let url = format!("http://{}/sub/", origin.addr);
+    let s = common::serve(&["--origin", url.as_str()]);
+    let ok = get(&s.addr, "/ok.txt", &[], None);
+    assert_eq!((ok.status, ok.body.as_slice()), (200, &b"fine"[..]));
+    for target in
+        ["/../.env", "/%2e%2e/.env", "/.%2E/.env", "/..%2f.env", "/ok.txt/../../.env", "/a/..%2F..%2F.env", "/..\\.env"]
+    {
+        let got = get(&s.addr, target, &[], None);
+        assert!(
+            !String::from_utf8_lossy(&got.body).contains("SECRET"),
+            "{target}: the origin's /.env came through ({})",
+            got.status
+        );
+        assert!(got.status == 400 || got.status == 404, "{target}: {}", got.status);
+    }
 }

@@ -34,6 +34,7 @@ mod object;
 mod s3;
 mod source;
 mod store;
+mod target;
 
 pub use source::{OriginSource, S3Config};
 
@@ -255,10 +256,9 @@ impl OriginTier {
 
     /// Answers a GET or HEAD for `req`'s target.
     pub async fn handle<B>(self: &Arc<Self>, req: &Request<B>, head: bool) -> Result<Response<ResBody>, HttpError> {
-        let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
-        if !target.starts_with('/') {
-            return Err(HttpError::BadRequest("request target must be a path"));
-        }
+        // Normalised before anything else: the origin and the store only
+        // ever see a target inside the prefix.
+        let target = &target::normalize(req.uri().path_and_query().map_or("/", |p| p.as_str()))?;
         let h = req.headers();
         // The hit path below allocates nothing but the response: lookups
         // borrow the target, Vary values are compared in place.
