@@ -3,14 +3,17 @@
 //! serves), or wherever the operator puts it (`--index-dir`, for a
 //! read-only tree).
 //!
-//! Layout (little endian): magic `CIDX0002`, size u64, mtime seconds i64,
+//! Layout (little endian): magic `CIDX0003`, size u64, mtime seconds i64,
 //! mtime nanoseconds u32, ctime seconds i64, ctime nanoseconds u32, device
 //! u64, inode u64, block size u32, block count u32, SHA-256 [32], tree root
-//! [32], then one 32-byte leaf hash per block. An index whose version
-//! ([`FileVersion`]: device, inode, size, mtime and ctime) or block size does
-//! not match the file, or whose leaves do not hash to its root, is ignored
-//! and rebuilt: a stale or damaged index can cost a rebuild, never a wrong
-//! answer.
+//! [32], then one 32-byte leaf hash per block, and last the BLAKE3 hash [32]
+//! of every byte before it. The checksum covers what the root does not: the
+//! SHA-256 (served as `Repr-Digest`), the size and the version. An index
+//! whose checksum is wrong, whose version ([`FileVersion`]: device, inode,
+//! size, mtime and ctime) or block size does not match the file, or whose
+//! leaves do not hash to its root, is ignored and rebuilt, and so is one in
+//! an older format (`CIDX0002` had no checksum): a stale or damaged index
+//! can cost a rebuild, never a wrong answer.
 
 use crate::{FileVersion, StoreError, version::Stamp};
 use circus_core::BlockLayout;
@@ -30,8 +33,10 @@ pub fn default_index_dir(root: &Path) -> PathBuf {
 
 /// How often a build reports progress, in bytes hashed.
 const PROGRESS_EVERY: u64 = 64 << 20;
-const MAGIC: &[u8; 8] = b"CIDX0002";
+const MAGIC: &[u8; 8] = b"CIDX0003";
 const HEADER: usize = 8 + 8 + 12 + 12 + 8 + 8 + 4 + 4 + 32 + 32;
+/// The BLAKE3 checksum after the leaves.
+const CHECKSUM: usize = 32;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileIndex {
@@ -176,12 +181,17 @@ impl FileIndex {
     }
 
     /// Parses a stored index (the layout in the module docs). `None` when
-    /// the bytes are not a whole, self-consistent index: wrong magic, a
-    /// block count the size and block size do not give, a length the count
-    /// does not describe, or leaves that do not hash to the root. Whether it
-    /// describes the file at hand is the caller's question.
+    /// the bytes are not a whole, self-consistent index: wrong magic (an
+    /// older format too), a checksum that is not the BLAKE3 of the bytes
+    /// before it, a block count the size and block size do not give, a
+    /// length the count does not describe, or leaves that do not hash to the
+    /// root. Whether it describes the file at hand is the caller's question.
     pub fn decode(bytes: &[u8]) -> Option<FileIndex> {
-        if bytes.len() < HEADER || &bytes[..8] != MAGIC {
+        if bytes.len() < HEADER + CHECKSUM || &bytes[..8] != MAGIC {
+            return None;
+        }
+        let (body, checksum) = bytes.split_at(bytes.len() - CHECKSUM);
+        if blake3::hash(body) != *checksum {
             return None;
         }
         let u64_at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
@@ -194,7 +204,7 @@ impl FileIndex {
         if block_size == 0 || u64::from(count) != size.div_ceil(u64::from(block_size)) {
             return None;
         }
-        if bytes.len() != HEADER + 32 * count as usize {
+        if body.len() != HEADER + 32 * count as usize {
             return None;
         }
         let leaves: Vec<[u8; 32]> = (0..count as usize).map(|i| arr_at(HEADER + 32 * i)).collect();
@@ -213,7 +223,7 @@ impl FileIndex {
     /// back; `None` for an origin object's tree (no local version to key it).
     pub fn encode(&self) -> Option<Vec<u8>> {
         let v = self.version?;
-        let mut out = Vec::with_capacity(HEADER + 32 * self.leaves.len());
+        let mut out = Vec::with_capacity(HEADER + 32 * self.leaves.len() + CHECKSUM);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&self.size.to_le_bytes());
         for stamp in [v.mtime, v.ctime] {
@@ -227,6 +237,8 @@ impl FileIndex {
         out.extend_from_slice(&self.sha256);
         out.extend_from_slice(&self.root);
         self.leaves.iter().for_each(|l| out.extend_from_slice(l));
+        let checksum = blake3::hash(&out);
+        out.extend_from_slice(checksum.as_bytes());
         Some(out)
     }
 
@@ -342,6 +354,51 @@ mod tests {
         assert_eq!(index(dir.path(), "f", 4096).unwrap(), good);
     }
 
+    /// `bytes` with `with` written at `at` and the checksum recomputed.
+    fn with_checksum(bytes: &[u8], at: usize, with: &[u8]) -> Vec<u8> {
+        let mut b = bytes.to_vec();
+        b[at..at + with.len()].copy_from_slice(with);
+        let n = b.len() - CHECKSUM;
+        let sum = blake3::hash(&b[..n]);
+        b[n..].copy_from_slice(sum.as_bytes());
+        b
+    }
+
+    #[test]
+    fn an_index_in_the_old_format_is_rebuilt() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "f", &[5u8; 9000]);
+        let good = index(dir.path(), "f", 4096).unwrap();
+        let stored = FileIndex::path_for(&default_index_dir(dir.path()), "f");
+        let bytes = fs::read(&stored).unwrap();
+        assert_eq!(&bytes[..8], b"CIDX0003");
+        // CIDX0002: the same fields and leaves, no checksum.
+        let old = [&b"CIDX0002"[..], &bytes[8..bytes.len() - CHECKSUM]].concat();
+        assert_eq!(FileIndex::decode(&old), None);
+        assert_eq!(FileIndex::decode(&with_checksum(&bytes, 0, b"CIDX0002")), None);
+        fs::write(&stored, &old).unwrap();
+        assert_eq!(index(dir.path(), "f", 4096).unwrap(), good);
+        assert_eq!(fs::read(&stored).unwrap(), bytes, "stored again in the current format");
+    }
+
+    #[test]
+    fn a_damaged_sha256_or_version_in_a_stored_index_is_not_served() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "f", b"some bytes to hash");
+        let good = index(dir.path(), "f", 4096).unwrap();
+        let stored = FileIndex::path_for(&default_index_dir(dir.path()), "f");
+        let bytes = fs::read(&stored).unwrap();
+        for (at, what) in [(64, "SHA-256"), (16, "mtime"), (48, "inode")] {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 1;
+            assert_eq!(FileIndex::decode(&damaged), None, "a flipped bit in the {what}");
+        }
+        let mut damaged = bytes.clone();
+        damaged[64] ^= 1;
+        fs::write(&stored, &damaged).unwrap();
+        assert_eq!(index(dir.path(), "f", 4096).unwrap().sha256, good.sha256, "the damaged digest was served");
+    }
+
     #[test]
     fn decode_reads_what_encode_writes_and_nothing_inconsistent() {
         let dir = tempfile::tempdir().unwrap();
@@ -350,17 +407,18 @@ mod tests {
         let bytes = good.encode().unwrap();
         assert_eq!(bytes, fs::read(FileIndex::path_for(&default_index_dir(dir.path()), "f")).unwrap());
         assert_eq!(FileIndex::decode(&bytes), Some(good.clone()));
-        let patched = |at: usize, with: &[u8]| {
-            let mut b = bytes.clone();
-            b[at..at + with.len()].copy_from_slice(with);
-            FileIndex::decode(&b)
-        };
+        // Patched, with the checksum made right again: the checks behind it.
+        let patched = |at: usize, with: &[u8]| FileIndex::decode(&with_checksum(&bytes, at, with));
         assert_eq!(patched(0, b"CIDX0001"), None, "magic");
         assert_eq!(patched(8, &20_000u64.to_le_bytes()), None, "a size of another block count");
         assert_eq!(patched(56, &0u32.to_le_bytes()), None, "block size zero");
         assert_eq!(patched(60, &4u32.to_le_bytes()), None, "block count");
+        assert_eq!(patched(96, &[0; 32]), None, "root");
         assert_eq!(FileIndex::decode(&bytes[..bytes.len() - 1]), None, "short");
         assert_eq!(FileIndex::decode(&[&bytes[..], &[0; 32]].concat()), None, "long");
+        let body = &bytes[..bytes.len() - CHECKSUM];
+        let long = [body, &[0; 32], blake3::hash(&[body, &[0; 32]].concat()).as_bytes()].concat();
+        assert_eq!(FileIndex::decode(&long), None, "a leaf too many, checksummed");
         assert_eq!(FileIndex { version: None, ..good }.encode(), None, "origin trees are not stored");
     }
 

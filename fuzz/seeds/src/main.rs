@@ -44,10 +44,10 @@ fn decoder_input(cap: u8, cuts: &[u16], stream: &[u8]) -> Vec<u8> {
     v
 }
 
-/// A stored index in the `CIDX0002` layout, for a file of `data`.
+/// A stored index in the `CIDX0003` layout, for a file of `data`.
 fn index(data: &[u8], block_size: u32) -> Vec<u8> {
     let leaves: Vec<[u8; 32]> = data.chunks(block_size as usize).map(HashTree::leaf_hash).collect();
-    let mut v = b"CIDX0002".to_vec();
+    let mut v = b"CIDX0003".to_vec();
     v.extend_from_slice(&(data.len() as u64).to_le_bytes());
     for (secs, nanos) in [(1_700_000_000i64, 5u32), (1_700_000_001, 6)] {
         v.extend_from_slice(&secs.to_le_bytes());
@@ -60,6 +60,8 @@ fn index(data: &[u8], block_size: u32) -> Vec<u8> {
     v.extend_from_slice(&[0x33; 32]); // SHA-256
     v.extend_from_slice(&compute_root(&leaves));
     leaves.iter().for_each(|l| v.extend_from_slice(l));
+    let checksum = blake3::hash(&v);
+    v.extend_from_slice(checksum.as_bytes());
     v
 }
 
