@@ -27,9 +27,9 @@ use std::{
 };
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
-/// A download whose connection took no block for this long while blocks
-/// queued for clients pin half the cache is parked: its queued blocks are
-/// taken back, so sockets that stop reading cannot starve the others.
+/// A download whose connection took no block for this long while it had
+/// blocks waiting or held is parked: its queued blocks are taken back, so
+/// sockets that stop reading cannot starve the others of memory.
 pub const PARK_AFTER: Duration = Duration::from_secs(1);
 
 /// How often the driver looks for downloads to park (and, favoring
