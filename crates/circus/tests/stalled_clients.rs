@@ -85,8 +85,13 @@ fn stalled_beside_a_download(cache: &str) -> (Vec<Rest>, common::ServerProc) {
     std::fs::write(dir.path().join("big.bin"), &data).unwrap();
     let s = common::serve(&[dir.path().to_str().unwrap(), "--cache", cache]);
     let held = stalled(&s.addr, 200);
-    // Let them fill their sockets and pin what they can.
-    std::thread::sleep(Duration::from_secs(1));
+    // Let them fill their sockets and pin what they can, until they have
+    // taken nothing for long enough to be parked (checked once a tick).
+    let waited = Instant::now();
+    while metric(&s.addr, "circus_downloads_parked_total") == 0 {
+        assert!(waited.elapsed() < Duration::from_secs(10), "no download was parked within 10 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let started = Instant::now();
     let got = raw_get_all(&s.addr, Duration::from_secs(30))
         .expect("the download stalled behind clients that stopped reading");
@@ -94,7 +99,6 @@ fn stalled_beside_a_download(cache: &str) -> (Vec<Rest>, common::ServerProc) {
     assert!(got == data, "{} bytes, not the file", got.len());
     eprintln!("--cache {cache}: 32 MiB beside 200 stalled connections in {:.2} s", took.as_secs_f64());
     assert!(took < Duration::from_secs(20), "took {took:?}");
-    assert!(metric(&s.addr, "circus_downloads_parked_total") > 0, "no download was parked");
     let rests = held
         .into_iter()
         .enumerate()
