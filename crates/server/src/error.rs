@@ -22,8 +22,6 @@ pub enum HttpError {
     Busy,
     #[error("origin unavailable: {0}; retry later")]
     Origin(String),
-    #[error("origin answered {0}")]
-    OriginStatus(u16),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -47,11 +45,6 @@ impl HttpError {
             HttpError::Storage(_) | HttpError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             HttpError::Changed | HttpError::Busy => StatusCode::SERVICE_UNAVAILABLE,
             HttpError::Origin(_) => StatusCode::BAD_GATEWAY,
-            // Client errors pass through; an origin's server error is ours to report as 502.
-            HttpError::OriginStatus(s) => match StatusCode::from_u16(*s) {
-                Ok(s) if s.is_client_error() => s,
-                _ => StatusCode::BAD_GATEWAY,
-            },
         }
     }
 }

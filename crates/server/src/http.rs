@@ -41,18 +41,37 @@ pub fn error_response(e: &HttpError) -> Response<ResBody> {
     res
 }
 
-pub async fn handle<B>(state: Arc<AppState>, req: Request<B>) -> Response<ResBody> {
-    let res = match route(&state, &req).await {
-        Ok(res) => res,
-        Err(e) => {
-            if e.status().is_server_error() {
-                tracing::error!(path = req.uri().path(), error = %e, "request failed");
-            }
-            error_response(&e)
+pub async fn handle<B>(state: Arc<AppState>, req: Request<B>) -> Response<ResBody>
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let path = || req.uri().path().to_owned();
+    let res = match state.origin.as_ref().filter(|_| forwarded_to_origin(req.method())) {
+        Some(origin) if host_field_ok(&req) => {
+            let path = path();
+            origin.forward(req).await.unwrap_or_else(|e| failed(&path, &e))
         }
+        _ => match route(&state, &req).await {
+            Ok(res) => res,
+            Err(e) => failed(req.uri().path(), &e),
+        },
     };
     state.metrics.requests.get_or_create(&crate::metrics::StatusLabel { code: res.status().as_u16() }).inc();
     res
+}
+
+/// Methods other than GET and HEAD, which the tier forwards to its origin
+/// (with their bodies); CONNECT and TRACE are refused.
+fn forwarded_to_origin(method: &Method) -> bool {
+    !matches!(*method, Method::GET | Method::HEAD | Method::CONNECT | Method::TRACE)
+}
+
+fn failed(path: &str, e: &HttpError) -> Response<ResBody> {
+    if e.status().is_server_error() {
+        tracing::error!(path, error = %e, "request failed");
+    }
+    error_response(e)
 }
 
 async fn route<B>(state: &Arc<AppState>, req: &Request<B>) -> Result<Response<ResBody>, HttpError> {

@@ -25,6 +25,13 @@ pub struct CacheControl {
 }
 
 impl CacheControl {
+    /// The origin said a shared cache may hand the response to anyone
+    /// (`public` or `s-maxage`): what lets a response to credentials or
+    /// with a cookie be stored.
+    pub fn shared_explicitly(&self) -> bool {
+        self.public || self.s_maxage.is_some()
+    }
+
     pub fn parse(h: &HeaderMap) -> Self {
         let mut cc = CacheControl::default();
         let items = h.get_all(header::CACHE_CONTROL).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(','));
@@ -65,6 +72,9 @@ pub enum NotStored {
     NoStore,
     Private,
     Authorization,
+    /// A response that sets a cookie, or answers a request that carried
+    /// one, is personal unless the origin marks it shared.
+    Cookie,
     VaryStar,
     Status,
 }
@@ -85,6 +95,9 @@ pub fn storable(req: &HeaderMap, status: StatusCode, res: &HeaderMap) -> Result<
     // the origin says it may be shared.
     if req.contains_key(header::AUTHORIZATION) && !(rc.public || rc.s_maxage.is_some() || rc.must_revalidate) {
         return Err(NotStored::Authorization);
+    }
+    if (req.contains_key(header::COOKIE) || res.contains_key(header::SET_COOKIE)) && !rc.shared_explicitly() {
+        return Err(NotStored::Cookie);
     }
     if vary_fields(res).is_none() {
         return Err(NotStored::VaryStar);
@@ -134,7 +147,8 @@ impl Freshness {
         let age_value = res
             .get(header::AGE)
             .and_then(|v| v.to_str().ok())
-            .and_then(|s| s.trim().parse::<u64>().ok())
+            // §5.1: of a list (a singleton field sent as one), the first member.
+            .and_then(|s| s.split(',').next()?.trim().parse::<u64>().ok())
             .map_or(Duration::ZERO, Duration::from_secs);
         let apparent_age = since(response_time, date_value);
         let corrected_age_value = age_value + since(response_time, request_time);
@@ -426,6 +440,8 @@ mod tests {
         let nc = Freshness::of(&headers(&[("cache-control", "no-cache, max-age=100")]), at(0), at(0));
         assert!(!nc.usable(&HeaderMap::new(), at(1)), "response no-cache always revalidates");
         assert_eq!(age_header(&f, at(1004)), "9");
+        let listed = Freshness::of(&headers(&[("age", "7200, 0"), ("cache-control", "max-age=3600")]), at(0), at(0));
+        assert_eq!(listed.initial_age, Duration::from_secs(7200), "the first member of a listed Age counts");
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! with the request's path, hop-by-hop headers dropped both ways.
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Request, Response, Uri, header};
-use http_body_util::Empty;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, Uri, header};
+use http_body_util::{BodyExt, Empty, combinators::UnsyncBoxBody};
 use hyper::body::Incoming;
 use hyper_util::{
     client::legacy::{Client, connect::HttpConnector},
@@ -15,15 +15,37 @@ use std::time::Duration;
 const HOP_BY_HOP: [&str; 8] =
     ["connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "host"];
 
+/// What the tier adds to `Via` both ways (RFC 9110 §7.6.3).
+pub const VIA: HeaderValue = HeaderValue::from_static("1.1 circus");
+
+/// Removes the hop-by-hop fields and every field the message's
+/// `Connection` names (RFC 9110 §7.6.1), before a message is forwarded.
 pub fn strip_hop_by_hop(h: &mut HeaderMap) {
+    let named: Vec<HeaderName> = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        h.remove(name);
+    }
     for name in HOP_BY_HOP {
         h.remove(name);
     }
 }
 
+/// The body of a request to the origin: none, or a client's, streamed.
+pub type OutBody = UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+
+pub fn no_body() -> OutBody {
+    Empty::new().map_err(|never| match never {}).boxed_unsync()
+}
+
 #[derive(Debug, Clone)]
 pub struct OriginClient {
-    client: Client<HttpConnector, Empty<Bytes>>,
+    client: Client<HttpConnector, OutBody>,
     /// `http://host:port/prefix` without a trailing slash.
     base: String,
     timeout: Duration,
@@ -45,14 +67,28 @@ impl OriginClient {
 
     /// `GET base + path_and_query` with `headers` (hop-by-hop ones dropped).
     pub async fn get(&self, path_and_query: &str, headers: &HeaderMap) -> Result<Response<Incoming>, String> {
-        let uri: Uri = format!("{}{}", self.base, path_and_query).parse().map_err(|e| format!("origin URL: {e}"))?;
-        let mut req = Request::get(uri).body(Empty::new()).map_err(|e| e.to_string())?;
-        *req.headers_mut() = headers.clone();
-        strip_hop_by_hop(req.headers_mut());
+        let mut headers = headers.clone();
         // The body must not be compressed differently per block fetch.
-        if !req.headers().contains_key(header::ACCEPT_ENCODING) {
-            req.headers_mut().insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+        if !headers.contains_key(header::ACCEPT_ENCODING) {
+            headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
         }
+        self.send(Method::GET, path_and_query, headers, no_body()).await
+    }
+
+    /// `method base + path_and_query` with `headers` (hop-by-hop ones
+    /// dropped, Via added) and `body`, streamed as it comes.
+    pub async fn send(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        mut headers: HeaderMap,
+        body: OutBody,
+    ) -> Result<Response<Incoming>, String> {
+        let uri: Uri = format!("{}{}", self.base, path_and_query).parse().map_err(|e| format!("origin URL: {e}"))?;
+        let mut req = Request::builder().method(method).uri(uri).body(body).map_err(|e| e.to_string())?;
+        strip_hop_by_hop(&mut headers);
+        headers.append(header::VIA, VIA);
+        *req.headers_mut() = headers;
         match tokio::time::timeout(self.timeout, self.client.request(req)).await {
             Ok(Ok(res)) => Ok(res),
             Ok(Err(e)) => Err(format!("origin request failed: {e}")),

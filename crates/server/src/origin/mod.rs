@@ -144,10 +144,14 @@ impl OriginMetrics {
 #[derive(Debug, Clone)]
 enum Lookup {
     Stored(Arc<Object>),
-    /// Not shareable (private, no-store, Vary: *, no length): each waiter
-    /// makes its own request and the answer is never stored.
+    /// Not shareable and not a whole answer to the request (a part of a
+    /// private object, say): each waiter makes its own request and the
+    /// answer is never stored.
     NotShared,
-    Status(StatusCode),
+    /// The origin's answer, whole, not stored (a status other than 200,
+    /// no-store, no length): the waiter that takes it relays it; any other
+    /// waiter asks on its own.
+    Relay(Arc<Mutex<Option<OriginResponse>>>),
     Failed(String),
 }
 
@@ -262,10 +266,21 @@ impl OriginTier {
         let h = req.headers();
         // The hit path below allocates nothing but the response: lookups
         // borrow the target, Vary values are compared in place.
-        if CacheControl::parse(h).no_store || h.contains_key(header::AUTHORIZATION) {
+        let now = SystemTime::now();
+        // A request with credentials is someone's own: only what the origin
+        // marked shared is served to it from the store, and its answer is
+        // relayed to it alone.
+        let credentials = h.contains_key(header::AUTHORIZATION) || h.contains_key(header::COOKIE);
+        if credentials || CacheControl::parse(h).no_store {
+            let shared = self.store.object(target).filter(|o| {
+                CacheControl::parse(&o.headers).shared_explicitly() && o.selected_by(h) && o.freshness.usable(h, now)
+            });
+            if let Some(o) = shared.filter(|_| credentials) {
+                self.metrics.hits.inc();
+                return Ok(self.respond(&o, h, head, now));
+            }
             return self.relay(target, h, head).await;
         }
-        let now = SystemTime::now();
         let found = self.store.object(target).filter(|o| o.selected_by(h));
         let outcome = match found {
             Some(o) if o.freshness.usable(h, now) => {
@@ -279,11 +294,50 @@ impl OriginTier {
         };
         match outcome {
             Lookup::Stored(o) if o.selected_by(h) => Ok(self.respond(&o, h, head, now)),
+            Lookup::Relay(first) => {
+                let taken = first.lock().expect("relay lock").take();
+                match taken {
+                    Some(res) => Ok(relayed(res, head)),
+                    // Another waiter took the origin's answer: ask again.
+                    None => self.relay(target, h, head).await,
+                }
+            }
             Lookup::Stored(_) | Lookup::NotShared => self.relay(target, h, head).await,
-            Lookup::Status(StatusCode::NOT_FOUND) => Err(HttpError::NotFound),
-            Lookup::Status(s) => Err(HttpError::OriginStatus(s.as_u16())),
             Lookup::Failed(e) => Err(HttpError::Origin(e)),
         }
+    }
+
+    /// Forwards a request of another method than GET or HEAD to the
+    /// origin, its body streamed, and relays the answer. An unsafe
+    /// method's answer that is no error invalidates what is stored for the
+    /// target and for the targets its Location and Content-Location name
+    /// on this host (RFC 9111 §4.4).
+    pub async fn forward<B>(self: &Arc<Self>, req: Request<B>) -> Result<Response<ResBody>, HttpError>
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let target = target::normalize(req.uri().path_and_query().map_or("/", |p| p.as_str()))?;
+        let (parts, body) = req.into_parts();
+        let host = parts.headers.get(header::HOST).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let method = parts.method;
+        self.metrics.relayed.inc();
+        self.metrics.origin_requests.inc();
+        let body = body.map_err(Into::into).boxed_unsync();
+        let res = self.client.send(method.clone(), &target, parts.headers, body).await.map_err(|e| {
+            self.metrics.origin_errors.inc();
+            HttpError::Origin(e)
+        })?;
+        if !method.is_safe() && (res.status.is_success() || res.status.is_redirection()) {
+            self.store.forget_object(&target);
+            for name in [header::LOCATION, header::CONTENT_LOCATION] {
+                let named = res.headers.get(name).and_then(|v| v.to_str().ok());
+                if let Some(t) = named.and_then(|v| target::on_host(v, host.as_deref())) {
+                    self.store.forget_object(&t);
+                }
+            }
+        }
+        Ok(relayed(res, false))
     }
 
     /// One origin trip per target at a time; concurrent callers share it.
@@ -333,6 +387,7 @@ impl OriginTier {
             // Changed at the origin: its blocks must not be mixed in.
             self.store.forget_object(target);
         }
+        let relay = |res| Lookup::Relay(Arc::new(Mutex::new(Some(res))));
         let (size, last_byte) = match status {
             StatusCode::PARTIAL_CONTENT => match content_range(&res.headers) {
                 Some((0, last, size)) => (size, last),
@@ -341,15 +396,21 @@ impl OriginTier {
             StatusCode::OK => {
                 match res.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok()) {
                     Some(size) => (size, u64::saturating_sub(size, 1)),
-                    None => return Lookup::NotShared,
+                    None => return relay(res),
                 }
             }
             // An empty object cannot satisfy bytes=0-N: ask for it plainly.
             StatusCode::RANGE_NOT_SATISFIABLE => return Lookup::NotShared,
-            s => return Lookup::Status(s),
+            // The answer to the request whatever its Range asked.
+            _ => return relay(res),
         };
         if rfc9111::storable(h, status, &res.headers).is_err() {
-            return Lookup::NotShared;
+            return match status {
+                StatusCode::OK => relay(res),
+                // The whole object in one part: the answer to the request.
+                _ if last_byte + 1 == size => relay(whole(res, size)),
+                _ => Lookup::NotShared,
+            };
         }
         let version = self.next_version.fetch_add(1, Ordering::Relaxed);
         let obj = Arc::new(Object::new(
@@ -665,19 +726,11 @@ impl OriginTier {
     async fn relay(&self, target: &str, h: &HeaderMap, head: bool) -> Result<Response<ResBody>, HttpError> {
         self.metrics.relayed.inc();
         self.metrics.origin_requests.inc();
-        let mut fh = h.clone();
-        client::strip_hop_by_hop(&mut fh);
-        let res = self.client.get(target, &fh).await.map_err(|e| {
+        let res = self.client.get(target, &without_native(h)).await.map_err(|e| {
             self.metrics.origin_errors.inc();
             HttpError::Origin(e)
         })?;
-        let OriginResponse { status, mut headers, body } = res;
-        client::strip_hop_by_hop(&mut headers);
-        let body = if head { empty() } else { body::relayed(body) };
-        let mut res = Response::new(body);
-        *res.status_mut() = status;
-        *res.headers_mut() = headers;
-        Ok(res)
+        Ok(relayed(res, head))
     }
 
     /// Publishes the store's size to /metrics.
@@ -727,6 +780,27 @@ pub(crate) fn without_native(h: &HeaderMap) -> HeaderMap {
         out.insert(header::ACCEPT, v);
     }
     out
+}
+
+/// An origin's answer as the client gets it: hop-by-hop fields dropped,
+/// Via added, the body streamed (none for HEAD).
+fn relayed(res: OriginResponse, head: bool) -> Response<ResBody> {
+    let OriginResponse { status, mut headers, body } = res;
+    client::strip_hop_by_hop(&mut headers);
+    headers.append(header::VIA, client::VIA);
+    let body = if head { empty() } else { body::relayed(body) };
+    let mut res = Response::new(body);
+    *res.status_mut() = status;
+    *res.headers_mut() = headers;
+    res
+}
+
+/// A 206 that holds all `size` bytes of the object, as the 200 it answers.
+fn whole(mut res: OriginResponse, size: u64) -> OriginResponse {
+    res.status = StatusCode::OK;
+    res.headers.remove(header::CONTENT_RANGE);
+    res.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(size));
+    res
 }
 
 fn empty() -> ResBody {

@@ -4,26 +4,24 @@
 //! refreshed by a 304 keeps its blocks and a new version never mixes with
 //! an old one.
 
-use super::leaves::Leaves;
+use super::{client, leaves::Leaves};
 use crate::rfc9111::{self, Freshness};
 use circus_core::BlockLayout;
 use http::{HeaderMap, HeaderName, header};
 use std::{sync::Arc, time::SystemTime};
 
-/// Response headers a cache relays (RFC 9111 §3.1); framing and per-hop
-/// headers are set per response instead.
-const REPLAYED: [HeaderName; 10] = [
-    header::CONTENT_TYPE,
-    header::CONTENT_ENCODING,
-    header::CONTENT_LANGUAGE,
-    header::ETAG,
-    header::LAST_MODIFIED,
-    header::CACHE_CONTROL,
-    header::EXPIRES,
-    header::VARY,
-    header::DATE,
-    HeaderName::from_static("repr-digest"),
-];
+/// The fields of an origin response a cache stores and replays (RFC 9111
+/// §3.1): all but the hop-by-hop ones, the framing and Accept-Ranges (set
+/// per response by the tier, which serves ranges of every stored object)
+/// and Age (computed per response).
+fn end_to_end(res: &HeaderMap) -> HeaderMap {
+    let mut h = res.clone();
+    client::strip_hop_by_hop(&mut h);
+    for name in [header::CONTENT_LENGTH, header::CONTENT_RANGE, header::ACCEPT_RANGES, header::AGE] {
+        h.remove(name);
+    }
+    h
+}
 
 #[derive(Debug)]
 pub struct Object {
@@ -33,7 +31,7 @@ pub struct Object {
     pub version: u64,
     pub size: u64,
     pub layout: BlockLayout,
-    /// The headers relayed to clients (subset of the origin's).
+    /// The fields replayed to clients: the origin's end-to-end ones and Via.
     pub headers: HeaderMap,
     pub etag: Option<String>,
     pub last_modified: Option<SystemTime>,
@@ -66,12 +64,8 @@ impl Object {
         request_time: SystemTime,
         response_time: SystemTime,
     ) -> Self {
-        let mut headers = HeaderMap::new();
-        for name in REPLAYED {
-            for v in res.get_all(&name) {
-                headers.append(name.clone(), v.clone());
-            }
-        }
+        let mut headers = end_to_end(res);
+        headers.append(header::VIA, client::VIA);
         let vary = rfc9111::vary_fields(res).unwrap_or_default();
         let mut forward = HeaderMap::new();
         for name in &vary {
@@ -101,9 +95,10 @@ impl Object {
 
     /// This version refreshed by a 304: same bytes, new headers and age.
     pub fn refreshed(&self, not_modified: &HeaderMap, request_time: SystemTime, response_time: SystemTime) -> Self {
-        let mut merged = rfc9111::merge_not_modified(&self.headers, not_modified);
-        let extra: Vec<HeaderName> = merged.keys().filter(|k| !REPLAYED.contains(k)).cloned().collect();
-        extra.iter().for_each(|k| _ = merged.remove(k));
+        // The stored Via already names the tier after the origin's hops.
+        let mut fresh = end_to_end(not_modified);
+        fresh.remove(header::VIA);
+        let merged = rfc9111::merge_not_modified(&self.headers, &fresh);
         Object {
             target: self.target.clone(),
             version: self.version,

@@ -4,10 +4,13 @@
 //! block, read-ahead, versions keyed by ETag, If-Match on later blocks) is
 //! written once against this and knows nothing of either protocol.
 
-use super::{client::OriginClient, s3::S3Origin};
+use super::{
+    client::{OriginClient, OutBody},
+    s3::S3Origin,
+};
 use bytes::Bytes;
 use futures_util::{StreamExt, stream::BoxStream};
-use http::{HeaderMap, StatusCode, Uri};
+use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use http_body_util::BodyExt;
 use std::{fmt, time::Duration};
 
@@ -123,6 +126,30 @@ impl Source {
                 Ok(OriginResponse { status: parts.status, headers: parts.headers, body })
             }
             Source::S3(s) => s.get(target, headers).await,
+        }
+    }
+
+    /// Any other method, forwarded with its body. A bucket takes no
+    /// writes through the tier: it answers 405.
+    pub async fn send(
+        &self,
+        method: Method,
+        target: &str,
+        headers: HeaderMap,
+        body: OutBody,
+    ) -> Result<OriginResponse, String> {
+        match self {
+            Source::Http(c) => {
+                let (parts, body) = c.send(method, target, headers, body).await?.into_parts();
+                let body = body.into_data_stream().map(|r| r.map_err(|e| format!("origin body: {e}"))).boxed();
+                Ok(OriginResponse { status: parts.status, headers: parts.headers, body })
+            }
+            Source::S3(_) => {
+                let mut headers = HeaderMap::new();
+                headers.insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+                let body = futures_util::stream::empty().boxed();
+                Ok(OriginResponse { status: StatusCode::METHOD_NOT_ALLOWED, headers, body })
+            }
         }
     }
 }

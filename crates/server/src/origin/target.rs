@@ -49,6 +49,19 @@ pub(crate) fn normalize(target: &str) -> Result<String, HttpError> {
     Ok(normal)
 }
 
+/// The target a `Location` or `Content-Location` value names when it is
+/// on the tier's own `host`: a path, or an absolute URI with that
+/// authority; normalised like a request target. Anything else (another
+/// host, a relative reference, a bad path) names nothing stored here.
+pub(crate) fn on_host(value: &str, host: Option<&str>) -> Option<String> {
+    if value.starts_with('/') && !value.starts_with("//") {
+        return normalize(value).ok();
+    }
+    let uri: http::Uri = value.parse().ok()?;
+    let same = uri.authority().zip(host).is_some_and(|(a, h)| a.as_str().eq_ignore_ascii_case(h));
+    same.then(|| normalize(uri.path_and_query().map_or("/", |p| p.as_str())).ok()).flatten()
+}
+
 /// Decodes `%XX` escapes of unreserved characters; keeps the rest, hex in
 /// upper case. Refuses escapes that an origin could read as a separator.
 fn decode_unreserved(path: &str) -> Result<String, HttpError> {
@@ -84,6 +97,18 @@ fn decode_unreserved(path: &str) -> Result<String, HttpError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn location_names_a_stored_target_only_on_this_host() {
+        let host = Some("tier.test:8080");
+        assert_eq!(on_host("/a/../b", host).as_deref(), Some("/b"));
+        assert_eq!(on_host("http://tier.test:8080/c?x", host).as_deref(), Some("/c?x"));
+        assert_eq!(on_host("https://TIER.test:8080/c", host).as_deref(), Some("/c"));
+        for other in ["http://elsewhere/c", "//elsewhere/c", "c", "/../x", "http://tier.test/c"] {
+            assert_eq!(on_host(other, host), None, "{other}");
+        }
+        assert_eq!(on_host("http://tier.test:8080/c", None), None);
+    }
 
     #[test]
     fn ordinary_targets_are_unchanged() {

@@ -1,0 +1,343 @@
+//! `circus serve --origin` as an HTTP intermediary (RFC 9110 §7.6, RFC 9111):
+//! what reaches the origin and what reaches the client, through real
+//! sockets. The origin here is scripted per test: it records every request
+//! it receives (method, target, fields, body) and answers with the raw
+//! response the script gives.
+
+mod common;
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    net::{TcpListener, TcpStream},
+    sync::{Arc, Mutex},
+    thread,
+};
+
+/// A request as the origin received it.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: String,
+    target: String,
+    /// Names lowercased, in order.
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Seen {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+type Script = dyn Fn(&Seen) -> String + Send + Sync;
+
+struct ScriptedOrigin {
+    addr: String,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl ScriptedOrigin {
+    fn start(script: impl Fn(&Seen) -> String + Send + Sync + 'static) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let script: Arc<Script> = Arc::new(script);
+        let log = seen.clone();
+        thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let (script, log) = (script.clone(), log.clone());
+                thread::spawn(move || serve_conn(conn, &*script, &log));
+            }
+        });
+        ScriptedOrigin { addr, seen }
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// Requests received for `target` with `method`.
+    fn count(&self, method: &str, target: &str) -> usize {
+        self.seen().iter().filter(|s| s.method == method && s.target == target).count()
+    }
+
+    fn tier(&self) -> common::ServerProc {
+        let url = format!("http://{}/", self.addr);
+        common::serve(&["--origin", url.as_str()])
+    }
+}
+
+fn serve_conn(conn: TcpStream, script: &Script, log: &Mutex<Vec<Seen>>) -> Option<()> {
+    let mut out = conn.try_clone().ok()?;
+    let mut r = BufReader::new(conn);
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        let mut parts = line.split_whitespace();
+        let (method, target) = (parts.next()?.to_owned(), parts.next()?.to_owned());
+        let mut headers = Vec::new();
+        loop {
+            let mut h = String::new();
+            r.read_line(&mut h).ok()?;
+            let h = h.trim_end();
+            if h.is_empty() {
+                break;
+            }
+            let (n, v) = h.split_once(':')?;
+            headers.push((n.trim().to_ascii_lowercase(), v.trim().to_owned()));
+        }
+        let field = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
+        let mut body = Vec::new();
+        if let Some(len) = field("content-length") {
+            body.resize(len.parse().ok()?, 0);
+            r.read_exact(&mut body).ok()?;
+        } else if field("transfer-encoding").is_some_and(|t| t.contains("chunked")) {
+            loop {
+                let mut size = String::new();
+                r.read_line(&mut size).ok()?;
+                let n = usize::from_str_radix(size.trim(), 16).ok()?;
+                let mut chunk = vec![0; n + 2];
+                r.read_exact(&mut chunk).ok()?;
+                if n == 0 {
+                    break;
+                }
+                body.extend_from_slice(&chunk[..n]);
+            }
+        }
+        let seen = Seen { method, target, headers, body };
+        let response = script(&seen);
+        log.lock().unwrap().push(seen);
+        out.write_all(response.as_bytes()).ok()?;
+    }
+}
+
+/// A raw response with a Content-Length for `body`.
+fn response(status: &str, fields: &[(&str, &str)], body: &str) -> String {
+    let mut s = format!("HTTP/1.1 {status}\r\n");
+    for (n, v) in fields {
+        s += &format!("{n}: {v}\r\n");
+    }
+    s + &format!("content-length: {}\r\n\r\n{body}", body.len())
+}
+
+/// What the client got.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    /// Names lowercased; a field sent several times is joined by ", ".
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// One request on its own connection; the body is read to its end.
+fn send(addr: &str, method: &str, target: &str, fields: &[(&str, &str)], body: &[u8]) -> Answer {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let mut req = format!("{method} {target} HTTP/1.1\r\nhost: tier.test\r\nconnection: close\r\n");
+    for (n, v) in fields {
+        req += &format!("{n}: {v}\r\n");
+    }
+    if !body.is_empty() || method == "PUT" || method == "POST" {
+        req += &format!("content-length: {}\r\n", body.len());
+    }
+    req += "\r\n";
+    s.write_all(req.as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    let mut r = BufReader::new(s);
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    let status = line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let mut headers: Vec<(String, String)> = Vec::new();
+    loop {
+        let mut h = String::new();
+        if r.read_line(&mut h).unwrap_or(0) == 0 {
+            break;
+        }
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        let (n, v) = h.split_once(':').unwrap();
+        let (n, v) = (n.trim().to_ascii_lowercase(), v.trim().to_owned());
+        match headers.iter_mut().find(|(m, _)| *m == n) {
+            Some((_, old)) => *old = format!("{old}, {v}"),
+            None => headers.push((n, v)),
+        }
+    }
+    let mut body = Vec::new();
+    if method != "HEAD" {
+        let _ = r.read_to_end(&mut body);
+    }
+    Answer { status, headers, body }
+}
+
+fn get(addr: &str, target: &str, fields: &[(&str, &str)]) -> Answer {
+    send(addr, "GET", target, fields, b"")
+}
+
+#[test]
+fn every_end_to_end_field_is_relayed_and_stored_and_no_hop_by_hop_one_crosses() {
+    let origin = ScriptedOrigin::start(|_| {
+        response(
+            "200 OK",
+            &[
+                ("cache-control", "max-age=3600"),
+                ("etag", "\"a\""),
+                ("link", "</style.css>; rel=preload"),
+                ("content-disposition", "attachment; filename=\"doc.txt\""),
+                ("access-control-allow-origin", "*"),
+                ("strict-transport-security", "max-age=63072000"),
+                ("x-custom", "kept"),
+                ("connection", "x-hop"),
+                ("x-hop", "per connection"),
+                ("keep-alive", "timeout=5"),
+            ],
+            "the document",
+        )
+    });
+    let tier = origin.tier();
+    let fields = [("connection", "x-secret"), ("x-secret", "for the tier only"), ("x-app", "forwarded")];
+    let miss = get(&tier.addr, "/doc", &fields);
+    let hit = get(&tier.addr, "/doc", &fields);
+    assert_eq!(origin.count("GET", "/doc"), 1, "the second answer is a hit");
+    for (what, a) in [("miss", &miss), ("hit", &hit)] {
+        assert_eq!((a.status, a.body.as_slice()), (200, &b"the document"[..]), "{what}");
+        for (name, value) in [
+            ("link", "</style.css>; rel=preload"),
+            ("content-disposition", "attachment; filename=\"doc.txt\""),
+            ("access-control-allow-origin", "*"),
+            ("strict-transport-security", "max-age=63072000"),
+            ("x-custom", "kept"),
+        ] {
+            assert_eq!(a.header(name), Some(value), "{what}: {name} relayed");
+        }
+        assert_eq!(a.header("x-hop"), None, "{what}: a field the origin's Connection named crossed");
+        assert_eq!(a.header("keep-alive"), None, "{what}");
+        assert!(a.header("via").is_some_and(|v| v.contains("circus")), "{what}: no Via: {:?}", a.headers);
+    }
+    let asked = &origin.seen()[0];
+    assert_eq!(asked.header("x-secret"), None, "a field the client's Connection named reached the origin");
+    assert_eq!(asked.header("x-app"), Some("forwarded"));
+    assert!(asked.header("via").is_some_and(|v| v.contains("circus")), "no Via to the origin: {:?}", asked.headers);
+}
+
+#[test]
+fn unsafe_methods_reach_the_origin_with_their_body_and_invalidate_what_is_stored() {
+    let version = Arc::new(Mutex::new(1));
+    let v = version.clone();
+    let origin = ScriptedOrigin::start(move |req| match req.method.as_str() {
+        "PUT" | "POST" | "DELETE" => {
+            *v.lock().unwrap() += 1;
+            let body = format!("{} {} bytes", req.method, req.body.len());
+            response("201 Created", &[("location", "/doc"), ("x-written", "yes")], &body)
+        }
+        _ => {
+            let body = format!("version {}", v.lock().unwrap());
+            response("200 OK", &[("cache-control", "max-age=3600")], &body)
+        }
+    });
+    let tier = origin.tier();
+    assert_eq!(get(&tier.addr, "/doc", &[]).body, b"version 1");
+    assert_eq!(get(&tier.addr, "/doc", &[]).body, b"version 1", "stored");
+    assert_eq!(origin.count("GET", "/doc"), 1);
+
+    let body = vec![7u8; 300_000];
+    let put = send(&tier.addr, "PUT", "/doc", &[("content-type", "application/octet-stream")], &body);
+    assert_eq!(put.status, 201, "{put:?}");
+    assert_eq!(put.body, b"PUT 300000 bytes");
+    assert_eq!((put.header("location"), put.header("x-written")), (Some("/doc"), Some("yes")));
+    let at_origin = origin.seen().into_iter().find(|s| s.method == "PUT").expect("the PUT reached the origin");
+    assert!(at_origin.body == body, "the PUT's body arrived changed ({} bytes)", at_origin.body.len());
+    assert_eq!(at_origin.header("content-type"), Some("application/octet-stream"));
+
+    assert_eq!(get(&tier.addr, "/doc", &[]).body, b"version 2", "a PUT invalidates the stored response");
+    let post = send(&tier.addr, "POST", "/form?x=1", &[], b"a=b");
+    assert_eq!((post.status, post.body.as_slice()), (201, &b"POST 3 bytes"[..]));
+    assert_eq!(
+        get(&tier.addr, "/doc", &[]).body,
+        b"version 3",
+        "a response's Location names a stored target: it is invalidated too"
+    );
+    assert_eq!(send(&tier.addr, "DELETE", "/doc", &[], b"").status, 201);
+    assert_eq!(origin.count("DELETE", "/doc"), 1);
+}
+
+#[test]
+fn every_origin_status_reaches_the_client_with_its_fields_and_body_in_one_origin_request() {
+    let origin = ScriptedOrigin::start(|req| match req.target.as_str() {
+        "/moved" => response("301 Moved Permanently", &[("location", "/new")], "moved"),
+        "/found" => response("302 Found", &[("location", "/elsewhere"), ("cache-control", "no-store")], "found"),
+        "/nothing" => response("204 No Content", &[("x-why", "empty")], ""),
+        "/login" => response("401 Unauthorized", &[("www-authenticate", "Basic realm=\"r\"")], "who are you"),
+        "/gone" => response("410 Gone", &[], "gone for good"),
+        "/down" => response("503 Service Unavailable", &[("retry-after", "120")], "maintenance"),
+        "/broken" => response("500 Internal Server Error", &[], "origin bug"),
+        _ => response("404 Not Found", &[], "no such page"),
+    });
+    let tier = origin.tier();
+    for (target, status, field, body) in [
+        ("/moved", 301, Some(("location", "/new")), "moved"),
+        ("/found", 302, Some(("location", "/elsewhere")), "found"),
+        ("/nothing", 204, Some(("x-why", "empty")), ""),
+        ("/login", 401, Some(("www-authenticate", "Basic realm=\"r\"")), "who are you"),
+        ("/gone", 410, None, "gone for good"),
+        ("/down", 503, Some(("retry-after", "120")), "maintenance"),
+        ("/broken", 500, None, "origin bug"),
+        ("/missing", 404, None, "no such page"),
+    ] {
+        let a = get(&tier.addr, target, &[]);
+        assert_eq!(a.status, status, "{target}: {a:?}");
+        assert_eq!(String::from_utf8_lossy(&a.body), body, "{target}: the origin's body");
+        if let Some((name, value)) = field {
+            assert_eq!(a.header(name), Some(value), "{target}");
+        }
+        assert_eq!(origin.count("GET", target), 1, "{target}: one client request, one origin request");
+    }
+}
+
+#[test]
+fn a_response_that_is_not_stored_is_fetched_once_per_request() {
+    let origin = ScriptedOrigin::start(|req| {
+        let body = format!("for {}", req.header("x-user").unwrap_or("nobody"));
+        response("200 OK", &[("cache-control", "no-store")], &body)
+    });
+    let tier = origin.tier();
+    for user in ["ann", "bob"] {
+        let a = get(&tier.addr, "/me", &[("x-user", user)]);
+        // The tier asks for its first block; all of the object was in it,
+        // so the answer is that part as the whole response.
+        assert_eq!((a.status, a.header("content-range")), (200, None), "{a:?}");
+        assert_eq!(a.body, format!("for {user}").as_bytes());
+    }
+    assert_eq!(origin.count("GET", "/me"), 2, "a second fetch after the first block was no-store");
+}
+
+#[test]
+fn a_page_for_one_cookie_is_never_served_to_another() {
+    // No Cache-Control, no Vary: heuristically cacheable by its age, and
+    // personal by its cookie, as many web applications answer.
+    let origin = ScriptedOrigin::start(|req| {
+        let who = req.header("cookie").unwrap_or("anonymous").to_owned();
+        let set = format!("seen={who}");
+        response("200 OK", &[("last-modified", "Mon, 01 Jan 2024 00:00:00 GMT"), ("set-cookie", &set)], &who)
+    });
+    let tier = origin.tier();
+    assert_eq!(get(&tier.addr, "/account", &[("cookie", "user=ann")]).body, b"user=ann");
+    assert_eq!(get(&tier.addr, "/account", &[("cookie", "user=bob")]).body, b"user=bob");
+    let anonymous = get(&tier.addr, "/account", &[]);
+    assert_eq!(anonymous.body, b"anonymous");
+    assert_eq!(get(&tier.addr, "/account", &[("cookie", "user=cat")]).body, b"user=cat");
+    assert_eq!(
+        get(&tier.addr, "/account", &[]).header("set-cookie"),
+        Some("seen=anonymous"),
+        "a response with Set-Cookie is relayed to its own client, never stored for another"
+    );
+    assert_eq!(origin.count("GET", "/account"), 5);
+}
