@@ -341,3 +341,19 @@ fn a_page_for_one_cookie_is_never_served_to_another() {
     );
     assert_eq!(origin.count("GET", "/account"), 5);
 }
+
+#[test]
+fn ranges_of_a_stored_object_without_validators_are_served_from_the_store() {
+    let origin = ScriptedOrigin::start(|req| {
+        assert!(req.header("range").is_none_or(|r| r.starts_with("bytes=0-")), "only the tier's first block");
+        response("200 OK", &[("cache-control", "max-age=3600")], "0123456789")
+    });
+    let tier = origin.tier();
+    assert_eq!(get(&tier.addr, "/plain", &[]).body, b"0123456789");
+    let part = get(&tier.addr, "/plain", &[("range", "bytes=2-4")]);
+    assert_eq!((part.status, part.body.as_slice()), (206, &b"234"[..]), "{part:?}");
+    assert_eq!(part.header("content-range"), Some("bytes 2-4/10"));
+    let guarded = get(&tier.addr, "/plain", &[("range", "bytes=2-4"), ("if-range", "\"x\"")]);
+    assert_eq!((guarded.status, guarded.body.len()), (200, 10), "If-Range cannot match an object without validators");
+    assert_eq!(origin.count("GET", "/plain"), 1);
+}

@@ -680,7 +680,9 @@ impl OriginTier {
             return self.native(obj, &file, h, head);
         }
         let size = obj.size;
-        let ranges = if (has_etag || has_lm) && rfc9110::if_range_allows(hs(header::IF_RANGE), &v) {
+        // Without validators, an If-Range cannot match: the whole object.
+        let if_range = hs(header::IF_RANGE);
+        let ranges = if if_range.is_none() || (has_etag || has_lm) && rfc9110::if_range_allows(if_range, &v) {
             rfc9110::resolve_ranges(hs(header::RANGE), size)
         } else {
             Ranges::Whole
