@@ -357,3 +357,23 @@ fn ranges_of_a_stored_object_without_validators_are_served_from_the_store() {
     assert_eq!((guarded.status, guarded.body.len()), (200, 10), "If-Range cannot match an object without validators");
     assert_eq!(origin.count("GET", "/plain"), 1);
 }
+
+#[test]
+fn several_representations_of_one_target_are_stored_side_by_side() {
+    let origin = ScriptedOrigin::start(|req| {
+        let body = match req.header("accept-language") {
+            Some("fr") => "bonjour",
+            Some("de") => "hallo",
+            _ => "hello",
+        };
+        response("200 OK", &[("cache-control", "max-age=3600"), ("vary", "Accept-Language")], body)
+    });
+    let tier = origin.tier();
+    for _ in 0..3 {
+        for (lang, body) in [("en", "hello"), ("fr", "bonjour"), ("de", "hallo")] {
+            let a = get(&tier.addr, "/greeting", &[("accept-language", lang)]);
+            assert_eq!(String::from_utf8_lossy(&a.body), body, "{lang}");
+        }
+    }
+    assert_eq!(origin.count("GET", "/greeting"), 3, "one origin request per representation");
+}

@@ -13,15 +13,17 @@ use std::{io::Write, time::SystemTime};
 
 impl HitSource for OriginTier {
     fn render(&self, target: &str, head: bool, headers: &[httparse::Header<'_>], out: &mut Vec<u8>) -> bool {
-        let Some(obj) = self.store.object(target) else { return false };
+        let selected = |obj: &super::Object| {
+            rfc9111::vary_matches_by(&obj.vary, &obj.vary_values, |f| {
+                headers.iter().filter(move |h| h.name.eq_ignore_ascii_case(f.as_str())).map(|h| h.value)
+            })
+        };
+        let Some(obj) = self.store.object(target, selected) else { return false };
         let now = SystemTime::now();
         // The lane lets through no request header that bears on freshness
         // (Cache-Control, Pragma), so the request's own limits are empty.
         let whole_block = obj.size > 0 && obj.size <= u64::from(self.block_size);
-        let selected = rfc9111::vary_matches_by(&obj.vary, &obj.vary_values, |f| {
-            headers.iter().filter(move |h| h.name.eq_ignore_ascii_case(f.as_str())).map(|h| h.value)
-        });
-        if !whole_block || !selected || !obj.freshness.usable(&HeaderMap::new(), now) {
+        if !whole_block || !obj.freshness.usable(&HeaderMap::new(), now) {
             return false;
         }
         let body = if head {

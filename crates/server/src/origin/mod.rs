@@ -272,7 +272,7 @@ impl OriginTier {
         // relayed to it alone.
         let credentials = h.contains_key(header::AUTHORIZATION) || h.contains_key(header::COOKIE);
         if credentials || CacheControl::parse(h).no_store {
-            let shared = self.store.object(target).filter(|o| {
+            let shared = self.store.object(target, |o| {
                 CacheControl::parse(&o.headers).shared_explicitly() && o.selected_by(h) && o.freshness.usable(h, now)
             });
             if let Some(o) = shared.filter(|_| credentials) {
@@ -281,7 +281,7 @@ impl OriginTier {
             }
             return self.relay(target, h, head).await;
         }
-        let found = self.store.object(target).filter(|o| o.selected_by(h));
+        let found = self.store.object(target, |o| o.selected_by(h));
         let outcome = match found {
             Some(o) if o.freshness.usable(h, now) => {
                 self.metrics.hits.inc();
@@ -383,9 +383,9 @@ impl OriginTier {
             self.store.put_object(target, fresh.clone());
             return Lookup::Stored(fresh);
         }
-        if stale.is_some() {
+        if let Some(s) = &stale {
             // Changed at the origin: its blocks must not be mixed in.
-            self.store.forget_object(target);
+            self.store.forget_version(target, s.version);
         }
         let relay = |res| Lookup::Relay(Arc::new(Mutex::new(Some(res))));
         let (size, last_byte) = match status {
@@ -566,7 +566,7 @@ impl OriginTier {
                 tracing::warn!(target = %obj.target, block = first + done.next as u32, error = %e.why, "origin fetch failed");
                 if e.changed {
                     // The next request revalidates and fetches the new version.
-                    tier.store.forget_object(&obj.target);
+                    tier.store.forget_version(&obj.target, obj.version);
                 }
                 done.fail(&e.why);
             }

@@ -126,6 +126,12 @@ impl Object {
         rfc9111::vary_matches(&self.vary, &self.vary_values, req)
     }
 
+    /// Whether requests that select this version select `other` too: the
+    /// same fields varied on, with the same values (`other` replaces it).
+    pub fn same_selection(&self, other: &Object) -> bool {
+        self.vary == other.vary && self.vary_values == other.vary_values
+    }
+
     /// Headers for a block fetch: the varied request headers, and a
     /// precondition so that a changed origin object fails the fetch (412)
     /// instead of splicing two versions into one body.

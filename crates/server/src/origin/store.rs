@@ -17,9 +17,13 @@ use std::sync::Arc;
 /// struct, the key and the table slot.
 const META_OVERHEAD: u64 = 256;
 
+/// Representations of one target kept at once (Vary); a new one beyond
+/// these replaces the oldest.
+const MAX_VARIANTS: usize = 8;
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Key {
-    /// The request target (path and query) an object answers.
+    /// The request target (path and query) its variants answer.
     Meta(String),
     /// One block of one object version.
     Block(u64, u32),
@@ -45,7 +49,9 @@ impl Equivalent<Key> for KeyRef<'_> {
 
 #[derive(Debug, Clone)]
 pub enum Val {
-    Meta(Arc<Object>),
+    /// The stored representations of a target, oldest first; each selected
+    /// by its own values of the fields its Vary names.
+    Meta(Arc<[Arc<Object>]>),
     Block(Bytes),
 }
 
@@ -55,7 +61,9 @@ struct ByBytes;
 impl Weighter<Key, Val> for ByBytes {
     fn weight(&self, key: &Key, val: &Val) -> u64 {
         match (key, val) {
-            (Key::Meta(k), Val::Meta(o)) => META_OVERHEAD + k.len() as u64 + o.header_bytes(),
+            (Key::Meta(k), Val::Meta(vs)) => {
+                k.len() as u64 + vs.iter().map(|o| META_OVERHEAD + o.header_bytes()).sum::<u64>()
+            }
             // Never zero: quick_cache never evicts zero-weight entries.
             (_, Val::Block(b)) => (b.len() as u64).max(1),
             (_, Val::Meta(_)) => META_OVERHEAD,
@@ -72,7 +80,7 @@ impl Lifecycle<Key, Val> for PinInUse {
     type RequestState = [Option<(Key, Val)>; 2];
 
     fn is_pinned(&self, _key: &Key, val: &Val) -> bool {
-        matches!(val, Val::Meta(o) if Arc::strong_count(o) > 1)
+        matches!(val, Val::Meta(vs) if vs.iter().any(|o| Arc::strong_count(o) > 1))
     }
 
     fn on_evict(&self, state: &mut Self::RequestState, key: Key, val: Val) {
@@ -120,19 +128,43 @@ impl Store {
         Store { cache, budget }
     }
 
-    pub fn object(&self, target: &str) -> Option<Arc<Object>> {
+    /// The stored representation of `target` that `select` picks.
+    pub fn object(&self, target: &str, select: impl Fn(&Object) -> bool) -> Option<Arc<Object>> {
         match self.cache.get(&KeyRef::Meta(target)) {
-            Some(Val::Meta(o)) => Some(o),
+            Some(Val::Meta(vs)) => vs.iter().rev().find(|o| select(o)).cloned(),
             _ => None,
         }
     }
 
+    /// Stores `obj` as a representation of `target`, in place of the one
+    /// the same request values selected (an older version of it).
     pub fn put_object(&self, target: &str, obj: Arc<Object>) {
-        self.cache.insert(Key::Meta(target.to_owned()), Val::Meta(obj));
+        let mut vs: Vec<Arc<Object>> = match self.cache.get(&KeyRef::Meta(target)) {
+            Some(Val::Meta(vs)) => vs.iter().filter(|o| !o.same_selection(&obj)).cloned().collect(),
+            _ => Vec::new(),
+        };
+        if vs.len() >= MAX_VARIANTS {
+            vs.remove(0);
+        }
+        vs.push(obj);
+        self.cache.insert(Key::Meta(target.to_owned()), Val::Meta(vs.into()));
     }
 
+    /// Forgets every representation of `target` (invalidation).
     pub fn forget_object(&self, target: &str) {
         self.cache.remove(&KeyRef::Meta(target));
+    }
+
+    /// Forgets one version of `target` (changed at the origin), keeping
+    /// its other representations.
+    pub fn forget_version(&self, target: &str, version: u64) {
+        let Some(Val::Meta(vs)) = self.cache.get(&KeyRef::Meta(target)) else { return };
+        let kept: Vec<Arc<Object>> = vs.iter().filter(|o| o.version != version).cloned().collect();
+        match kept.len() {
+            0 => self.forget_object(target),
+            n if n < vs.len() => self.cache.insert(Key::Meta(target.to_owned()), Val::Meta(kept.into())),
+            _ => {}
+        }
     }
 
     pub fn block(&self, version: u64, block: u32) -> Option<Bytes> {
@@ -171,7 +203,7 @@ mod tests {
         store.put_block(2, 0, Bytes::from_static(b"x"));
         assert_eq!(store.block(2, 0).unwrap(), "x");
         assert!(store.has_block(2, 0));
-        assert!(store.object("/nothing").is_none());
+        assert!(store.object("/nothing", |_| true).is_none());
     }
 
     #[test]
@@ -189,8 +221,11 @@ mod tests {
             store.put_block(1, b, Bytes::from(vec![0u8; 4096]));
             store.block(1, b);
         }
-        assert!(store.object("/held").is_some(), "a description in use was evicted");
-        assert!(store.object("/idle").is_none(), "an idle description survived a scan of 400 KiB through 64 KiB");
+        assert!(store.object("/held", |_| true).is_some(), "a description in use was evicted");
+        assert!(
+            store.object("/idle", |_| true).is_none(),
+            "an idle description survived a scan of 400 KiB through 64 KiB"
+        );
         assert!(store.used() <= 64 << 10);
     }
 
