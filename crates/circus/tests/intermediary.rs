@@ -377,3 +377,37 @@ fn several_representations_of_one_target_are_stored_side_by_side() {
     }
     assert_eq!(origin.count("GET", "/greeting"), 3, "one origin request per representation");
 }
+
+#[test]
+fn statuses_other_than_200_are_stored_where_rfc_9111_allows() {
+    let old = ("last-modified", "Mon, 01 Jan 2024 00:00:00 GMT");
+    let origin = ScriptedOrigin::start(move |req| match req.target.as_str() {
+        "/moved" => response("301 Moved Permanently", &[("location", "/new"), old], "moved"),
+        "/gone" => response("410 Gone", &[old], "gone"),
+        "/missing" => response("404 Not Found", &[("cache-control", "max-age=60")], "no such page"),
+        "/temporary" => response("302 Found", &[("location", "/x"), old], "not heuristically cacheable"),
+        "/teapot" => response("418 I'm a teapot", &[("cache-control", "max-age=60")], "explicitly fresh"),
+        _ => response("500 Internal Server Error", &[old], "never stored"),
+    });
+    let tier = origin.tier();
+    for (target, status, origin_requests) in [
+        ("/moved", 301, 1),
+        ("/gone", 410, 1),
+        ("/missing", 404, 1),
+        ("/teapot", 418, 1),
+        ("/temporary", 302, 3),
+        ("/error", 500, 3),
+    ] {
+        for _ in 0..3 {
+            let a = get(&tier.addr, target, &[]);
+            assert_eq!(a.status, status, "{target}: {a:?}");
+            assert!(!a.body.is_empty(), "{target}: the body");
+        }
+        let head = send(&tier.addr, "HEAD", target, &[], b"");
+        assert_eq!(head.status, status, "{target}: HEAD");
+        assert_eq!(origin.count("GET", target), origin_requests + usize::from(origin_requests > 1), "{target}");
+    }
+    let moved = get(&tier.addr, "/moved", &[]);
+    assert_eq!((moved.header("location"), moved.body.as_slice()), (Some("/new"), &b"moved"[..]));
+    assert!(moved.header("age").is_some(), "a stored response carries Age");
+}

@@ -102,8 +102,12 @@ pub fn storable(req: &HeaderMap, status: StatusCode, res: &HeaderMap) -> Result<
     if vary_fields(res).is_none() {
         return Err(NotStored::VaryStar);
     }
-    // Only whole or partial content is stored: the tier caches bytes.
-    if !matches!(status, StatusCode::OK | StatusCode::PARTIAL_CONTENT) {
+    // §3 and §4.2.2: a status is stored when the response says how long it
+    // stays fresh, or when its status is one heuristic freshness may apply
+    // to (RFC 9110 §15.1).
+    let explicit = rc.max_age.is_some() || rc.s_maxage.is_some() || rc.public || res.contains_key(header::EXPIRES);
+    let heuristic = matches!(status.as_u16(), 200 | 203 | 204 | 206 | 300 | 301 | 308 | 404 | 405 | 410 | 414 | 501);
+    if !(heuristic || explicit) {
         return Err(NotStored::Status);
     }
     Ok(())

@@ -402,7 +402,7 @@ impl OriginTier {
             // An empty object cannot satisfy bytes=0-N: ask for it plainly.
             StatusCode::RANGE_NOT_SATISFIABLE => return Lookup::NotShared,
             // The answer to the request whatever its Range asked.
-            _ => return relay(res),
+            _ => return self.keep_status(target, h, res, request_time, response_time).await,
         };
         if rfc9111::storable(h, status, &res.headers).is_err() {
             return match status {
@@ -509,6 +509,58 @@ impl OriginTier {
         }
         rh.insert(header::VARY, HeaderValue::from_static("Accept"));
         res
+    }
+
+    /// Stores an answer of another status than 200 whole, body and all,
+    /// when RFC 9111 allows and its body is at most a block, and relays
+    /// it otherwise.
+    async fn keep_status(
+        &self,
+        target: &str,
+        h: &HeaderMap,
+        res: OriginResponse,
+        request_time: SystemTime,
+        response_time: SystemTime,
+    ) -> Lookup {
+        let len = res.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        let small = len.is_some_and(|n| n <= u64::from(self.block_size));
+        if !small || rfc9111::storable(h, res.status, &res.headers).is_err() {
+            return Lookup::Relay(Arc::new(Mutex::new(Some(res))));
+        }
+        let (status, headers) = (res.status, res.headers.clone());
+        let body = match self.read_whole(res.body, len.unwrap_or(0)).await {
+            Ok(body) => body,
+            Err(e) => {
+                self.metrics.origin_errors.inc();
+                return Lookup::Failed(e);
+            }
+        };
+        let version = self.next_version.fetch_add(1, Ordering::Relaxed);
+        let size = body.len() as u64;
+        let blocks = (self.block_size, self.native_block);
+        let obj = Object::new(target, version, size, blocks.0, blocks.1, h, &headers, request_time, response_time);
+        let obj = Arc::new(Object { status, body, ..obj });
+        self.store.put_object(target, obj.clone());
+        Lookup::Stored(obj)
+    }
+
+    /// All `len` bytes of a body, each chunk within the origin timeout.
+    async fn read_whole(&self, mut body: source::OriginBody, len: u64) -> Result<Bytes, String> {
+        let mut out = Vec::with_capacity(len as usize);
+        let wait = self.client.timeout();
+        while let Some(chunk) =
+            tokio::time::timeout(wait, body.next()).await.map_err(|_| format!("origin sent nothing for {wait:?}"))?
+        {
+            out.extend_from_slice(&chunk?);
+            if out.len() as u64 > len {
+                return Err("origin sent more bytes than its Content-Length".into());
+            }
+        }
+        self.metrics.origin_bytes.inc_by(out.len() as u64);
+        if (out.len() as u64) < len {
+            return Err(format!("origin closed the body at {} of {len} bytes", out.len()));
+        }
+        Ok(out.into())
     }
 
     /// Claims the blocks in `first..=last` that are neither resident nor in
@@ -663,6 +715,17 @@ impl OriginTier {
         let mut res = Response::new(empty());
         *res.headers_mut() = obj.headers.clone();
         res.headers_mut().insert(header::AGE, rfc9111::age_header(&obj.freshness, now));
+        if obj.status != StatusCode::OK {
+            // Stored whole: no part of it, no condition on it.
+            *res.status_mut() = obj.status;
+            if obj.status != StatusCode::NO_CONTENT {
+                res.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(obj.body.len()));
+            }
+            if !head {
+                *res.body_mut() = full(obj.body.clone());
+            }
+            return res;
+        }
         match rfc9110::evaluate(&cond, &v) {
             Precondition::NotModified => {
                 *res.status_mut() = StatusCode::NOT_MODIFIED;

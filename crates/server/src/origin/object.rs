@@ -6,8 +6,9 @@
 
 use super::{client, leaves::Leaves};
 use crate::rfc9111::{self, Freshness};
+use bytes::Bytes;
 use circus_core::BlockLayout;
-use http::{HeaderMap, HeaderName, header};
+use http::{HeaderMap, HeaderName, StatusCode, header};
 use std::{sync::Arc, time::SystemTime};
 
 /// The fields of an origin response a cache stores and replays (RFC 9111
@@ -29,6 +30,10 @@ pub struct Object {
     pub target: String,
     /// Unique per fetched response; keys the blocks in the store.
     pub version: u64,
+    /// 200, whose bytes are blocks in the store, or another status, whose
+    /// (small) body is `body`.
+    pub status: StatusCode,
+    pub body: Bytes,
     pub size: u64,
     pub layout: BlockLayout,
     /// The fields replayed to clients: the origin's end-to-end ones and Via.
@@ -76,6 +81,8 @@ impl Object {
         Object {
             target: target.to_owned(),
             version,
+            status: StatusCode::OK,
+            body: Bytes::new(),
             size,
             layout: BlockLayout::new(size, block_size),
             etag: res.get(header::ETAG).and_then(|v| v.to_str().ok()).map(str::to_owned),
@@ -102,6 +109,8 @@ impl Object {
         Object {
             target: self.target.clone(),
             version: self.version,
+            status: self.status,
+            body: self.body.clone(),
             size: self.size,
             layout: self.layout,
             etag: self.etag.clone(),
@@ -150,7 +159,7 @@ impl Object {
     pub fn header_bytes(&self) -> u64 {
         let fields: u64 =
             self.headers.iter().chain(self.forward.iter()).map(|(n, v)| (n.as_str().len() + v.len() + 32) as u64).sum();
-        fields + self.wire_head.len() as u64 + self.leaves.bytes()
+        fields + self.wire_head.len() as u64 + self.leaves.bytes() + self.body.len() as u64
     }
 }
 
