@@ -411,3 +411,44 @@ fn statuses_other_than_200_are_stored_where_rfc_9111_allows() {
     assert_eq!((moved.header("location"), moved.body.as_slice()), (Some("/new"), &b"moved"[..]));
     assert!(moved.header("age").is_some(), "a stored response carries Age");
 }
+
+#[test]
+fn stale_responses_are_served_only_as_the_origin_and_the_request_allow() {
+    // Each answer is already stale on arrival (Age beyond max-age).
+    let n = Arc::new(Mutex::new(0));
+    let count = n.clone();
+    let origin = ScriptedOrigin::start(move |req| {
+        let mut n = count.lock().unwrap();
+        *n += 1;
+        let stale = [("age", "100"), ("cache-control", "max-age=60, stale-while-revalidate=3600")];
+        match req.target.as_str() {
+            "/swr" => response("200 OK", &stale, &format!("swr {n}")),
+            "/sie" if *n > 1 => response("503 Service Unavailable", &[], "down"),
+            "/sie" => {
+                response("200 OK", &[("age", "100"), ("cache-control", "max-age=60, stale-if-error=3600")], "sie")
+            }
+            _ => response("200 OK", &[("age", "100"), ("cache-control", "max-age=60")], "plain"),
+        }
+    });
+    let tier = origin.tier();
+    assert_eq!(get(&tier.addr, "/swr", &[]).body, b"swr 1");
+    assert_eq!(get(&tier.addr, "/swr", &[]).body, b"swr 1", "stale-while-revalidate serves the stored one");
+    let waited = std::time::Instant::now();
+    while origin.count("GET", "/swr") < 2 {
+        assert!(waited.elapsed().as_secs() < 5, "no revalidation in the background");
+        thread::sleep(std::time::Duration::from_millis(20));
+    }
+
+    *n.lock().unwrap() = 0;
+    assert_eq!(get(&tier.addr, "/sie", &[]).body, b"sie");
+    let a = get(&tier.addr, "/sie", &[]);
+    assert_eq!((a.status, a.body.as_slice()), (200, &b"sie"[..]), "stale-if-error stands in for a 503");
+
+    assert_eq!(get(&tier.addr, "/plain", &[]).body, b"plain");
+    assert_eq!(get(&tier.addr, "/plain", &[("cache-control", "max-stale=3600")]).body, b"plain");
+    assert_eq!(origin.count("GET", "/plain"), 1, "max-stale accepts the stored response");
+    get(&tier.addr, "/plain", &[]);
+    assert_eq!(origin.count("GET", "/plain"), 2, "without it the stale response is fetched again");
+    assert_eq!(get(&tier.addr, "/never", &[("cache-control", "only-if-cached")]).status, 504);
+    assert_eq!(origin.count("GET", "/never"), 0);
+}

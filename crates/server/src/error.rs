@@ -22,6 +22,8 @@ pub enum HttpError {
     Busy,
     #[error("origin unavailable: {0}; retry later")]
     Origin(String),
+    #[error("not stored, and the request asked for nothing else (only-if-cached)")]
+    NotStored,
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -45,6 +47,7 @@ impl HttpError {
             HttpError::Storage(_) | HttpError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             HttpError::Changed | HttpError::Busy => StatusCode::SERVICE_UNAVAILABLE,
             HttpError::Origin(_) => StatusCode::BAD_GATEWAY,
+            HttpError::NotStored => StatusCode::GATEWAY_TIMEOUT,
         }
     }
 }

@@ -22,6 +22,19 @@ pub struct CacheControl {
     pub must_revalidate: bool,
     pub max_age: Option<u64>,
     pub s_maxage: Option<u64>,
+    /// Request: the response must stay fresh this much longer (§5.2.1.3).
+    pub min_fresh: Option<u64>,
+    /// Request: a stale response will do, stale by at most this much
+    /// (`Some(None)`: by any amount) (§5.2.1.2).
+    pub max_stale: Option<Option<u64>>,
+    /// Request: answer from storage or with 504 (§5.2.1.7).
+    pub only_if_cached: bool,
+    /// Response: may be served this long after going stale while it is
+    /// revalidated in the background (RFC 5861 §3).
+    pub stale_while_revalidate: Option<u64>,
+    /// Either: may be served this long after going stale when the origin
+    /// fails (RFC 5861 §4).
+    pub stale_if_error: Option<u64>,
 }
 
 impl CacheControl {
@@ -59,6 +72,17 @@ impl CacheControl {
                 cc.max_age = secs();
             } else if is("s-maxage") {
                 cc.s_maxage = secs();
+            } else if is("min-fresh") {
+                cc.min_fresh = secs();
+            } else if is("max-stale") {
+                // A malformed value allows no staleness rather than any.
+                cc.max_stale = Some(value.map(|v| v.parse::<u64>().unwrap_or(0)));
+            } else if is("only-if-cached") {
+                cc.only_if_cached = true;
+            } else if is("stale-while-revalidate") {
+                cc.stale_while_revalidate = secs();
+            } else if is("stale-if-error") {
+                cc.stale_if_error = secs();
             }
         }
         cc
@@ -130,6 +154,12 @@ pub struct Freshness {
     pub response_time: SystemTime,
     /// `no-cache`: stored, but every use must be validated first.
     pub always_revalidate: bool,
+    /// `must-revalidate` (or `proxy-revalidate`, `s-maxage`): never served
+    /// stale, whatever the request allows (§5.2.2.2).
+    pub never_stale: bool,
+    /// RFC 5861's windows past the lifetime, from the response.
+    pub stale_while_revalidate: Duration,
+    pub stale_if_error: Duration,
 }
 
 impl Freshness {
@@ -161,6 +191,9 @@ impl Freshness {
             initial_age: apparent_age.max(corrected_age_value),
             response_time,
             always_revalidate: cc.no_cache,
+            never_stale: cc.must_revalidate || cc.s_maxage.is_some(),
+            stale_while_revalidate: Duration::from_secs(cc.stale_while_revalidate.unwrap_or(0)),
+            stale_if_error: Duration::from_secs(cc.stale_if_error.unwrap_or(0)),
         }
     }
 
@@ -171,13 +204,39 @@ impl Freshness {
 
     /// Whether the stored response may answer this request without asking
     /// the origin: fresh, and within the request's own `max-age` (§5.2.1).
+    /// A request's `min-fresh` and `max-stale` move the line (§5.2.1).
     pub fn usable(&self, req: &HeaderMap, now: SystemTime) -> bool {
         let qc = CacheControl::parse(req);
         let age = self.age(now);
+        let fresh = age + Duration::from_secs(qc.min_fresh.unwrap_or(0)) < self.lifetime;
+        let stale_ok = !self.never_stale
+            && match qc.max_stale {
+                Some(None) => true,
+                Some(Some(s)) => age <= self.lifetime + Duration::from_secs(s),
+                None => false,
+            };
         !self.always_revalidate
             && !qc.no_cache
-            && age < self.lifetime
+            && (fresh || stale_ok)
             && qc.max_age.is_none_or(|m| age <= Duration::from_secs(m))
+    }
+
+    /// Stale, but within the response's `stale-while-revalidate`: may be
+    /// served while the tier revalidates it in the background.
+    pub fn serve_while_revalidating(&self, req: &HeaderMap, now: SystemTime) -> bool {
+        let qc = CacheControl::parse(req);
+        let age = self.age(now);
+        !self.always_revalidate
+            && !self.never_stale
+            && !qc.no_cache
+            && age < self.lifetime + self.stale_while_revalidate
+    }
+
+    /// Stale, but within the `stale-if-error` of the response or of the
+    /// request: may be served when the origin fails or answers 5xx.
+    pub fn serve_on_error(&self, req: &HeaderMap, now: SystemTime) -> bool {
+        let asked = CacheControl::parse(req).stale_if_error.map(Duration::from_secs).unwrap_or_default();
+        !self.never_stale && self.age(now) < self.lifetime + self.stale_if_error.max(asked)
     }
 }
 
@@ -446,6 +505,28 @@ mod tests {
         assert_eq!(age_header(&f, at(1004)), "9");
         let listed = Freshness::of(&headers(&[("age", "7200, 0"), ("cache-control", "max-age=3600")]), at(0), at(0));
         assert_eq!(listed.initial_age, Duration::from_secs(7200), "the first member of a listed Age counts");
+    }
+
+    #[test]
+    fn requests_and_responses_move_the_line_between_fresh_and_stale() {
+        let stored = |cc: &str| Freshness::of(&headers(&[("cache-control", cc)]), at(0), at(0));
+        let ask = |cc: &str| headers(&[("cache-control", cc)]);
+        let f = stored("max-age=10, stale-while-revalidate=5, stale-if-error=20");
+        assert!(f.usable(&HeaderMap::new(), at(9)));
+        assert!(!f.usable(&ask("min-fresh=2"), at(9)), "min-fresh wants 2 s more");
+        assert!(!f.usable(&HeaderMap::new(), at(12)));
+        assert!(f.usable(&ask("max-stale=3"), at(12)) && !f.usable(&ask("max-stale=1"), at(12)));
+        assert!(f.usable(&ask("max-stale"), at(1000)), "max-stale without a value takes any staleness");
+        assert!(f.serve_while_revalidating(&HeaderMap::new(), at(14)));
+        assert!(!f.serve_while_revalidating(&HeaderMap::new(), at(15)));
+        assert!(!f.serve_while_revalidating(&ask("no-cache"), at(12)));
+        assert!(f.serve_on_error(&HeaderMap::new(), at(29)) && !f.serve_on_error(&HeaderMap::new(), at(30)));
+        assert!(f.serve_on_error(&ask("stale-if-error=100"), at(50)), "the request may allow more");
+        let strict = stored("max-age=10, must-revalidate, stale-if-error=20");
+        assert!(!strict.usable(&ask("max-stale"), at(12)), "must-revalidate: never stale");
+        assert!(!strict.serve_on_error(&HeaderMap::new(), at(12)));
+        assert!(!stored("s-maxage=10").usable(&ask("max-stale"), at(12)), "s-maxage implies proxy-revalidate");
+        assert!(CacheControl::parse(&ask("only-if-cached")).only_if_cached);
     }
 
     #[test]

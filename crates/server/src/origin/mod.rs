@@ -155,6 +155,21 @@ enum Lookup {
     Failed(String),
 }
 
+impl Lookup {
+    /// The origin failed, or answered with a server error: what a stale
+    /// response may stand in for (stale-if-error).
+    fn is_origin_error(&self) -> bool {
+        match self {
+            Lookup::Failed(_) => true,
+            Lookup::Relay(first) => {
+                first.lock().expect("relay lock").as_ref().is_some_and(|r| r.status.is_server_error())
+            }
+            Lookup::Stored(o) => o.status.is_server_error(),
+            Lookup::NotShared => false,
+        }
+    }
+}
+
 /// A block as a reader finds it.
 pub(crate) enum BlockRef {
     Ready(Bytes),
@@ -287,9 +302,19 @@ impl OriginTier {
                 self.metrics.hits.inc();
                 Lookup::Stored(o)
             }
+            Some(o) if o.freshness.serve_while_revalidating(h, now) => {
+                self.metrics.hits.inc();
+                self.revalidate_in_background(target, h, o.clone());
+                Lookup::Stored(o)
+            }
+            _ if CacheControl::parse(h).only_if_cached => return Err(HttpError::NotStored),
             stale => {
                 self.metrics.misses.inc();
-                self.lookup(target, h, stale).await
+                let fallback = stale.clone().filter(|o| o.freshness.serve_on_error(h, now));
+                match (self.lookup(target, h, stale).await, fallback) {
+                    (out, Some(o)) if out.is_origin_error() => Lookup::Stored(o),
+                    (out, _) => out,
+                }
             }
         };
         match outcome {
@@ -338,6 +363,13 @@ impl OriginTier {
             }
         }
         Ok(relayed(res, false))
+    }
+
+    /// Revalidates `stale` while it is served (stale-while-revalidate);
+    /// joins a revalidation already under way.
+    fn revalidate_in_background(self: &Arc<Self>, target: &str, h: &HeaderMap, stale: Arc<Object>) {
+        let (tier, target, h) = (self.clone(), target.to_owned(), h.clone());
+        tokio::spawn(async move { tier.lookup(&target, &h, Some(stale)).await });
     }
 
     /// One origin trip per target at a time; concurrent callers share it.
