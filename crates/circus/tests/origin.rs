@@ -35,6 +35,9 @@ struct Obj {
     /// move), the object is replaced by these bytes under ETag "v2" (a new
     /// version published mid-transfer).
     replaced_after: Option<(Arc<AtomicU64>, Arc<Vec<u8>>)>,
+    /// The replacement keeps ETag "v1" (and so passes If-Match "v1"), as
+    /// replicas that compute ETags from size and mtime do.
+    reuse_etag: bool,
 }
 
 #[derive(Default)]
@@ -110,7 +113,7 @@ fn serve_conn(
             .filter(|(after, _)| c.body_bytes.load(Ordering::SeqCst) >= after.load(Ordering::SeqCst));
         let (etag, data): (&str, Vec<u8>) = match (obj.echo, replaced) {
             (Some(h), _) => (ETAG, headers.get(h).cloned().unwrap_or_else(|| "none".into()).into_bytes()),
-            (None, Some((_, new))) => ("\"v2\"", new.to_vec()),
+            (None, Some((_, new))) => (if obj.reuse_etag { ETAG } else { "\"v2\"" }, new.to_vec()),
             (None, None) => (ETAG, obj.data.to_vec()),
         };
         let mut head = format!(
@@ -332,6 +335,40 @@ fn an_object_replaced_mid_transfer_never_yields_a_body_mixing_two_versions() {
     // The next request learns the new version and gets it whole.
     let g = get(&t.addr, "/obj.bin", &[], Some(&v2));
     assert!(g.complete && g.headers.get("etag").map(String::as_str) == Some("\"v2\""), "{:?}", g.headers);
+}
+
+#[test]
+fn an_origin_that_reuses_its_etag_for_new_bytes_never_gets_a_spliced_object_passed_as_whole() {
+    use base64::Engine;
+    use sha2::Digest;
+    let size = 8 << 20;
+    let (v1, v2) = (pattern(size, 7), pattern(size, 8));
+    let digest = base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(&*v1));
+    let repr_digest: &'static str = Box::leak(format!("sha-256=:{digest}:").into_boxed_str());
+    let obj = Obj {
+        data: v1.clone(),
+        cache_control: "max-age=600",
+        extra: vec![("repr-digest", repr_digest)],
+        chunk_delay: Duration::from_millis(2),
+        replaced_after: Some((Arc::new(AtomicU64::new(3 << 20)), v2.clone())),
+        reuse_etag: true,
+        ..Obj::default()
+    };
+    let origin = start_origin(HashMap::from([("/obj.bin", obj)]));
+    let t = tier(&origin, &["--cache", "64MiB"]);
+    let clients: Vec<_> = (0..10)
+        .map(|_| {
+            let addr = t.addr.clone();
+            thread::spawn(move || get(&addr, "/obj.bin", &[], None))
+        })
+        .collect();
+    for (i, c) in clients.into_iter().enumerate() {
+        let g = c.join().unwrap();
+        let whole = g.headers.get("content-length").and_then(|l| l.parse().ok()) == Some(g.body.len());
+        // If-Match "v1" passes and every block names "v1": only the digest
+        // tells the versions apart. A whole body must be v1, all of it.
+        assert!(!whole || g.body == *v1, "client {i} got a whole-looking body spliced from two versions");
+    }
 }
 
 #[test]

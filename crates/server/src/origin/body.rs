@@ -32,6 +32,9 @@ struct Cursor {
     pos: u64,
     end: u64,
     pending: Option<Pending>,
+    /// Hold the last bytes of a whole-object body until the version has
+    /// matched the origin's digest (see `OriginTier::verified`).
+    verify: bool,
 }
 
 impl Cursor {
@@ -48,6 +51,17 @@ impl Cursor {
     }
 
     async fn next(&mut self) -> Option<Result<Bytes, BodyError>> {
+        let item = self.next_chunk().await;
+        if self.verify && self.pos > self.end && matches!(item, Some(Ok(_))) {
+            self.verify = false;
+            if let Err(e) = self.tier.verified(&self.obj).await {
+                return Some(Err(format!("origin object not sent whole: {e}").into()));
+            }
+        }
+        item
+    }
+
+    async fn next_chunk(&mut self) -> Option<Result<Bytes, BodyError>> {
         loop {
             if let Some(p) = self.pending.as_mut() {
                 match p.fetch.chunk(p.idx, &mut p.rx).await {
@@ -92,7 +106,8 @@ impl Cursor {
 
 /// Bytes `start..=end` of `obj`.
 pub fn range(tier: Arc<OriginTier>, obj: Arc<Object>, start: u64, end: u64) -> ResBody {
-    let cursor = Cursor { tier, obj, pos: start, end, pending: None };
+    let verify = (start, end + 1) == (0, obj.size) && !obj.trusted();
+    let cursor = Cursor { tier, obj, pos: start, end, pending: None, verify };
     let stream = futures_util::stream::unfold(cursor, |mut c| async move {
         let item = c.next().await?;
         Some((item.map(Frame::data), c))

@@ -53,21 +53,31 @@ impl BlockFetch {
         self.tick.send_replace(());
     }
 
-    /// Marks the block complete and returns its bytes as one buffer (for
-    /// the store), or `None` if it is short, which the caller must fail.
-    pub fn complete(&self) -> Option<Bytes> {
-        let mut st = self.state.lock().expect("fetch lock");
+    /// The block's bytes as one buffer once all arrived (to check them
+    /// before [`complete`](Self::complete)), or `None` while it is short.
+    pub fn assembled(&self) -> Option<Bytes> {
+        let st = self.state.lock().expect("fetch lock");
         if st.received != self.len || st.end.is_some() {
             return None;
         }
-        let whole = match st.chunks.as_slice() {
+        Some(match st.chunks.as_slice() {
             [one] => one.clone(),
             chunks => {
                 let mut buf = BytesMut::with_capacity(self.len);
                 chunks.iter().for_each(|c| buf.extend_from_slice(c));
                 buf.freeze()
             }
-        };
+        })
+    }
+
+    /// Marks the block complete and returns its bytes as one buffer (for
+    /// the store), or `None` if it is short, which the caller must fail.
+    pub fn complete(&self) -> Option<Bytes> {
+        let whole = self.assembled()?;
+        let mut st = self.state.lock().expect("fetch lock");
+        if st.end.is_some() {
+            return None;
+        }
         st.end = Some(Ok(()));
         drop(st);
         self.tick.send_replace(());

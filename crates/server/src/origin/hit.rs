@@ -23,7 +23,7 @@ impl HitSource for OriginTier {
         // The lane lets through no request header that bears on freshness
         // (Cache-Control, Pragma), so the request's own limits are empty.
         let whole_block = obj.status == http::StatusCode::OK && obj.size > 0 && obj.size <= u64::from(self.block_size);
-        if !whole_block || !obj.freshness.usable(&HeaderMap::new(), now) {
+        if !whole_block || !obj.trusted() || !obj.freshness.usable(&HeaderMap::new(), now) {
             return false;
         }
         let body = if head {

@@ -56,31 +56,35 @@ impl Leaves {
         leaves
     }
 
-    /// Hashes origin block `b` (its whole bytes, just fetched). Seeing a
-    /// block again (fetched anew after eviction) changes nothing.
-    pub fn record(&self, b: u32, bytes: &[u8]) {
-        if self.index.get().is_some() {
-            return;
-        }
+    /// Hashes origin block `b` (its whole bytes, just fetched). A block
+    /// seen before (fetched anew after eviction) must hash as it did:
+    /// false when it does not, which means the origin changed the object
+    /// under the same validators.
+    pub fn record(&self, b: u32, bytes: &[u8]) -> bool {
         let first = b * self.per_origin;
         let hashed: Vec<[u8; 32]> = (first..(first + self.per_origin).min(self.layout.blocks()))
             .map(|n| {
                 let from = (self.layout.offset(n) - self.layout.offset(first)) as usize;
-                HashTree::leaf_hash(&bytes[from..from + self.layout.block_len(n) as usize])
+                bytes.get(from..from + self.layout.block_len(n) as usize).map_or([0; 32], HashTree::leaf_hash)
             })
             .collect();
         let mut l = self.learning.lock().expect("leaves lock");
-        if l.seen.get(b as usize) != Some(&false) {
-            return;
+        let known = first as usize..first as usize + hashed.len();
+        match l.seen.get(b as usize) {
+            None => return false,
+            Some(true) => return l.leaves.get(known) == Some(&hashed[..]),
+            Some(false) => {}
         }
         l.seen[b as usize] = true;
         l.left -= 1;
-        l.leaves[first as usize..first as usize + hashed.len()].copy_from_slice(&hashed);
+        l.leaves[known].copy_from_slice(&hashed);
         if l.left == 0 {
-            let leaves = std::mem::take(&mut l.leaves);
+            // Kept to check blocks fetched again against.
+            let leaves = l.leaves.clone();
             drop(l);
             self.finish(leaves);
         }
+        true
     }
 
     fn finish(&self, leaves: Vec<[u8; 32]>) {
@@ -104,7 +108,7 @@ impl Leaves {
 
     /// Bytes this holds, for the store's budget.
     pub fn bytes(&self) -> u64 {
-        32 * u64::from(self.layout.blocks()) + self.learning.lock().expect("leaves lock").seen.len() as u64
+        64 * u64::from(self.layout.blocks()) + self.learning.lock().expect("leaves lock").seen.len() as u64
     }
 }
 
@@ -119,11 +123,13 @@ mod tests {
         let origin = BlockLayout::new(data.len() as u64, 4096);
         let block =
             |b: u32| &data[origin.offset(b) as usize..(origin.offset(b) + u64::from(origin.block_len(b))) as usize];
-        leaves.record(2, block(2));
-        leaves.record(0, block(0));
-        leaves.record(0, block(0));
+        assert!(leaves.record(2, block(2)));
+        assert!(leaves.record(0, block(0)));
+        assert!(leaves.record(0, block(0)), "the same bytes again");
+        assert!(!leaves.record(0, block(1)), "other bytes for a block seen before");
         assert!(leaves.index().is_none(), "block 1 was never seen");
-        leaves.record(1, block(1));
+        assert!(leaves.record(1, block(1)));
+        assert!(!leaves.record(2, block(0)), "checked after the index is complete too");
         let index = leaves.index().expect("complete");
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("f"), &data).unwrap();

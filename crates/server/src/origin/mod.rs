@@ -29,6 +29,7 @@ mod body;
 mod client;
 mod fetch;
 mod hit;
+mod integrity;
 mod leaves;
 mod object;
 mod s3;
@@ -445,7 +446,7 @@ impl OriginTier {
             };
         }
         let version = self.next_version.fetch_add(1, Ordering::Relaxed);
-        let obj = Arc::new(Object::new(
+        let obj = Object::new(
             target,
             version,
             size,
@@ -455,7 +456,10 @@ impl OriginTier {
             &res.headers,
             request_time,
             response_time,
-        ));
+        );
+        let expected = integrity::Expected::from_response(status, &res.headers, self.client.is_s3());
+        let integrity = expected.map(|e| Arc::new(integrity::Integrity::new(e, obj.layout)));
+        let obj = Arc::new(Object { integrity, ..obj });
         let layout = obj.layout;
         if layout.blocks() > 0 {
             let last = layout.block_of(last_byte).expect("in the object");
@@ -507,11 +511,32 @@ impl OriginTier {
         }
     }
 
+    /// Checks the whole version against the origin's digest (when it gave
+    /// one), reading the blocks the check still needs (resident, in flight
+    /// or fetched); a mismatch forgets the version. `Ok` without a digest.
+    pub(crate) async fn verified(self: &Arc<Self>, obj: &Arc<Object>) -> Result<(), String> {
+        let Some(check) = &obj.integrity else { return Ok(()) };
+        loop {
+            if let Some(outcome) = check.outcome() {
+                return outcome;
+            }
+            let Some(b) = check.next_needed() else { continue };
+            let bytes = self.read(obj, obj.layout.offset(b), obj.layout.block_len(b)).await?;
+            if let Some(Err(e)) = check.record(b, &bytes) {
+                self.metrics.origin_errors.inc();
+                tracing::warn!(target = %obj.target, error = %e, "origin object failed its digest");
+                self.store.forget_version(&obj.target, obj.version);
+                return Err(e);
+            }
+        }
+    }
+
     /// The scheduler's entry for `obj`, once its tree is complete: one per
     /// version while any download or cached block uses it, so that every
     /// native client of the version shares the scheduler's reads.
     fn native_entry(self: &Arc<Self>, obj: &Arc<Object>) -> Option<Arc<FileEntry>> {
-        let index = obj.leaves.index()?;
+        // A tree learnt from blocks not shown to be one version is no tree.
+        let index = obj.leaves.index().filter(|_| obj.trusted())?;
         let mut natives = self.natives.lock().expect("natives lock");
         if let Some(entry) = natives.get(&obj.version).and_then(Weak::upgrade) {
             return Some(entry);
@@ -643,8 +668,15 @@ impl OriginTier {
     ) {
         let tier = self.clone();
         tokio::spawn(async move {
-            let mut done =
-                Done { tier: tier.clone(), version: obj.version, leaves: obj.leaves.clone(), first, fetches, next: 0 };
+            let mut done = Done {
+                tier: tier.clone(),
+                version: obj.version,
+                leaves: obj.leaves.clone(),
+                integrity: obj.integrity.clone(),
+                first,
+                fetches,
+                next: 0,
+            };
             if let Err(e) = tier.pump(&obj, &mut done, res).await {
                 tier.metrics.origin_errors.inc();
                 tracing::warn!(target = %obj.target, block = first + done.next as u32, error = %e.why, "origin fetch failed");
@@ -696,6 +728,16 @@ impl OriginTier {
                 {
                     return Err(PumpError::changed(format!("origin object changed (ETag {got}, stored {want})")));
                 }
+                // What else the origin says about the version must agree too.
+                for name in [header::LAST_MODIFIED, HeaderName::from_static("repr-digest")] {
+                    if let (Some(got), Some(want)) = (res.headers.get(&name), obj.headers.get(&name))
+                        && got != want
+                    {
+                        return Err(PumpError::changed(format!(
+                            "origin object changed ({name} {got:?}, stored {want:?})"
+                        )));
+                    }
+                }
                 res
             }
         };
@@ -715,7 +757,7 @@ impl OriginTier {
                 let piece = if data.len() > want { data.split_to(want) } else { std::mem::take(&mut data) };
                 fetch.push(piece);
                 if fetch.len_left() == 0 {
-                    done.complete_next();
+                    done.complete_next()?;
                 }
             }
         }
@@ -806,7 +848,7 @@ impl OriginTier {
             return res;
         }
         // The hit path for small objects: one resident block, no stream.
-        let single = obj.layout.block_of(start) == obj.layout.block_of(end);
+        let single = obj.layout.block_of(start) == obj.layout.block_of(end) && obj.trusted();
         if let Some(b) = obj.layout.block_of(start).filter(|_| single)
             && let Some(bytes) = self.store.block(obj.version, b)
         {
@@ -931,6 +973,7 @@ struct Done {
     tier: Arc<OriginTier>,
     version: u64,
     leaves: Arc<leaves::Leaves>,
+    integrity: Option<Arc<integrity::Integrity>>,
     first: u32,
     fetches: Vec<Arc<BlockFetch>>,
     /// Index of the block being received.
@@ -938,17 +981,30 @@ struct Done {
 }
 
 impl Done {
-    /// Stores the block being received (now whole) and moves to the next.
-    /// Stored before it leaves `inflight`, so readers find one or the other.
-    fn complete_next(&mut self) {
+    /// Checks the block being received (now whole) against what the
+    /// version's other blocks and digest say, then stores it and moves to
+    /// the next. Stored before it leaves `inflight`, so readers find one or
+    /// the other. A block that fails the check fails the fetch before any
+    /// reader sees it complete.
+    fn complete_next(&mut self) -> Result<(), PumpError> {
         let b = self.first + self.next as u32;
         let fetch = &self.fetches[self.next];
-        if let Some(bytes) = fetch.complete() {
-            self.leaves.record(b, &bytes);
-            self.tier.store.put_block(self.version, b, bytes);
+        if let Some(bytes) = fetch.assembled() {
+            if !self.leaves.record(b, &bytes) {
+                return Err(PumpError::changed(format!(
+                    "block {b} came again with other bytes: the origin changed the object under the same validators"
+                )));
+            }
+            if let Some(Err(e)) = self.integrity.as_ref().and_then(|i| i.record(b, &bytes)) {
+                return Err(PumpError::changed(e));
+            }
+            if let Some(bytes) = fetch.complete() {
+                self.tier.store.put_block(self.version, b, bytes);
+            }
         }
         self.forget(b, fetch);
         self.next += 1;
+        Ok(())
     }
 
     fn fail(&mut self, why: &str) {

@@ -4,7 +4,7 @@
 //! refreshed by a 304 keeps its blocks and a new version never mixes with
 //! an old one.
 
-use super::{client, leaves::Leaves};
+use super::{client, integrity::Integrity, leaves::Leaves};
 use crate::rfc9111::{self, Freshness};
 use bytes::Bytes;
 use circus_core::BlockLayout;
@@ -53,6 +53,9 @@ pub struct Object {
     /// The version's hash tree, learnt as its blocks are fetched (shared
     /// with the same version refreshed by a 304).
     pub leaves: Arc<Leaves>,
+    /// The check of the whole version against the digest the origin gave,
+    /// if it gave one (shared like `leaves`).
+    pub integrity: Option<Arc<Integrity>>,
 }
 
 impl Object {
@@ -97,6 +100,7 @@ impl Object {
             wire_head: wire_head(&headers, size),
             headers,
             leaves: Arc::new(Leaves::new(size, native_block, block_size)),
+            integrity: None,
         }
     }
 
@@ -122,6 +126,7 @@ impl Object {
             wire_head: wire_head(&merged, self.size),
             headers: merged,
             leaves: self.leaves.clone(),
+            integrity: self.integrity.clone(),
         }
     }
 
@@ -133,6 +138,12 @@ impl Object {
             return rfc9111::vary_matches(&self.vary, &self.vary_values, &super::without_native(req));
         }
         rfc9111::vary_matches(&self.vary, &self.vary_values, req)
+    }
+
+    /// Whether this version may be offered as whole: the origin gave no
+    /// digest, or every block was checked against it.
+    pub fn trusted(&self) -> bool {
+        self.integrity.as_ref().is_none_or(|i| i.verified())
     }
 
     /// Whether requests that select this version select `other` too: the

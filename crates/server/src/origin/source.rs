@@ -107,6 +107,11 @@ impl Source {
         })
     }
 
+    /// A bucket, whose single-part ETags are MD5s of the objects.
+    pub fn is_s3(&self) -> bool {
+        matches!(self, Source::S3(_))
+    }
+
     /// Time allowed for a response head, and between two body chunks.
     pub fn timeout(&self) -> Duration {
         match self {
