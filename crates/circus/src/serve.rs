@@ -12,7 +12,7 @@ pub struct ServeArgs {
     /// Directory whose files are served (omit it with --origin).
     dir: Option<PathBuf>,
     /// Serve this origin through the caching tier instead of a directory:
-    /// an HTTP server (http://host:port/) or an S3 bucket
+    /// an HTTP server (http://host:port/ or https://host/) or an S3 bucket
     /// (s3://BUCKET[/PREFIX]); --cache is then the tier's memory budget.
     #[arg(long)]
     origin: Option<String>,
@@ -37,6 +37,10 @@ pub struct ServeArgs {
     /// Seconds to wait for the origin's response head or next chunk (default 30).
     #[arg(long)]
     origin_timeout: Option<u64>,
+    /// CA certificates (PEM) for an https origin, which must chain to them
+    /// instead of the system's roots; for an S3 endpoint, trusted beside them.
+    #[arg(long)]
+    origin_ca: Option<PathBuf>,
     /// Address to listen on.
     #[arg(long)]
     listen: Option<SocketAddr>,
@@ -161,6 +165,7 @@ impl ServeArgs {
             origin: self.origin.clone(),
             origin_block: self.origin_block,
             origin_timeout_secs: self.origin_timeout,
+            origin_ca: self.origin_ca.clone(),
             s3_endpoint: self.s3_endpoint.clone(),
             s3_region: self.s3_region.clone(),
             s3_allow_http: self.s3_allow_http,

@@ -118,6 +118,8 @@ pub struct FileConfig {
     pub origin_readahead: Option<u32>,
     /// Seconds to wait for the origin's response head or next chunk (default 30).
     pub origin_timeout_secs: Option<u64>,
+    /// CA certificates (PEM) for an https origin, instead of the system's.
+    pub origin_ca: Option<PathBuf>,
     /// An S3-compatible server (`http://127.0.0.1:9000`) instead of AWS;
     /// buckets are then addressed path style.
     pub s3_endpoint: Option<String>,
@@ -218,6 +220,9 @@ impl FileConfig {
             }
             set(&mut o.readahead, self.origin_readahead);
             set(&mut o.timeout, self.origin_timeout_secs.map(Duration::from_secs));
+            if let Some(ca) = &self.origin_ca {
+                o.ca_file = Some(ca.clone());
+            }
             let block = cfg.sched.block_size;
             if o.block_size % block != 0 {
                 return Err(ConfigError::Origin(format!(
@@ -283,9 +288,9 @@ fn parse_origin(url: &str) -> Result<OriginSource, ConfigError> {
         return Ok(OriginSource::S3(S3Config { bucket: bucket.to_owned(), prefix, ..S3Config::default() }));
     }
     let uri: http::Uri = url.parse().map_err(|e| ConfigError::Origin(format!("{url}: {e}")))?;
-    if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+    if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.authority().is_none() {
         return Err(ConfigError::Origin(format!(
-            "{url}: give an http://host:port/ URL (https is not supported yet) or s3://BUCKET[/PREFIX]"
+            "{url}: give an http:// or https://host[:port]/ URL, or s3://BUCKET[/PREFIX]"
         )));
     }
     Ok(OriginSource::Http(uri))
@@ -330,8 +335,12 @@ mod tests {
             .unwrap()
             .apply(&mut ServeConfig::new("/".into()));
         assert!(tiny.unwrap_err().to_string().contains("give --cache 10485760 or more"));
-        let https = FileConfig::parse("origin = \"https://x/\"").unwrap().apply(&mut ServeConfig::new("/".into()));
-        assert!(https.unwrap_err().to_string().contains("http://host:port/"));
+        let https = FileConfig::parse("origin = \"https://x/\"\norigin_ca = \"/ca.pem\"").unwrap();
+        let mut with_https = ServeConfig::new("/".into());
+        https.apply(&mut with_https).unwrap();
+        assert_eq!(with_https.origin.unwrap().ca_file.as_deref(), Some(std::path::Path::new("/ca.pem")));
+        let ftp = FileConfig::parse("origin = \"ftp://x/\"").unwrap().apply(&mut ServeConfig::new("/".into()));
+        assert!(ftp.unwrap_err().to_string().contains("https://host[:port]/"));
         let stray = FileConfig::parse("s3_region = \"eu-west-1\"").unwrap().apply(&mut ServeConfig::new("/".into()));
         assert!(stray.unwrap_err().to_string().contains("applies to an S3 origin only"));
         let bytes = FileConfig::parse("cache = 1048576").unwrap();

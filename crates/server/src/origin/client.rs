@@ -1,15 +1,17 @@
-//! Requests to the origin: one pooled HTTP/1.1 client, the base URL joined
-//! with the request's path, hop-by-hop headers dropped both ways.
+//! Requests to the origin: one pooled HTTP/1.1 client (TLS for an https
+//! origin), the base URL joined with the request's path, hop-by-hop
+//! headers dropped both ways.
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, Uri, header};
 use http_body_util::{BodyExt, Empty, combinators::UnsyncBoxBody};
 use hyper::body::Incoming;
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::{
     client::legacy::{Client, connect::HttpConnector},
     rt::TokioExecutor,
 };
-use std::time::Duration;
+use std::{path::Path, time::Duration};
 
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1).
 const HOP_BY_HOP: [&str; 8] =
@@ -45,19 +47,26 @@ pub fn no_body() -> OutBody {
 
 #[derive(Debug, Clone)]
 pub struct OriginClient {
-    client: Client<HttpConnector, OutBody>,
+    client: Client<HttpsConnector<HttpConnector>, OutBody>,
     /// `http://host:port/prefix` without a trailing slash.
     base: String,
     timeout: Duration,
 }
 
 impl OriginClient {
-    pub fn new(base: &Uri, timeout: Duration) -> Self {
+    /// A client for `base` (`http://` or `https://`); `ca_file` replaces
+    /// the system's roots for an https origin. Fails on a CA bundle that
+    /// cannot be read.
+    pub fn new(base: &Uri, timeout: Duration, ca_file: Option<&Path>) -> Result<Self, String> {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(timeout));
-        let client = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector);
-        OriginClient { client, base: base.to_string().trim_end_matches('/').to_owned(), timeout }
+        connector.enforce_http(false);
+        let tls = super::tls::for_origin(base, ca_file)?;
+        let https =
+            HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().wrap_connector(connector);
+        let client = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(https);
+        Ok(OriginClient { client, base: base.to_string().trim_end_matches('/').to_owned(), timeout })
     }
 
     /// Time allowed for a response head, and between two body chunks.

@@ -12,7 +12,7 @@
 //! relayed to their one client and never stored.
 //!
 //! Parts: `source` (the origin behind one `get`: `client`, the pooled HTTP
-//! client, or `s3`, a bucket through object_store), `object` (a stored version),
+//! client with `tls` for https origins, or `s3`, a bucket through object_store), `object` (a stored version),
 //! `hit` (whole small objects answered by the hit lane, before hyper),
 //! `fetch` (single-flight block fetches), `store` (the byte budget, S3-FIFO
 //! admission via quick_cache), `body` (response bodies), `leaves` (each
@@ -36,6 +36,7 @@ mod s3;
 mod source;
 mod store;
 mod target;
+mod tls;
 
 pub use source::{OriginSource, S3Config};
 
@@ -85,11 +86,21 @@ pub struct OriginConfig {
     pub timeout: Duration,
     /// Origin requests in flight at once.
     pub max_fetches: usize,
+    /// CA certificates (PEM) an https origin's certificate must chain to,
+    /// instead of the system's roots.
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl OriginConfig {
     pub fn new(source: OriginSource) -> Self {
-        OriginConfig { source, block_size: 1 << 20, readahead: 4, timeout: Duration::from_secs(30), max_fetches: 64 }
+        OriginConfig {
+            source,
+            block_size: 1 << 20,
+            readahead: 4,
+            timeout: Duration::from_secs(30),
+            max_fetches: 64,
+            ca_file: None,
+        }
     }
 }
 
@@ -257,7 +268,7 @@ impl OriginTier {
         let (fetching, stored) = split_budget(cfg, budget).unwrap_or((budget / 2, budget / 2));
         let fetch_kib_total = u32::try_from(fetching / 1024).unwrap_or(u32::MAX).max(1);
         Ok(OriginTier {
-            client: Source::new(&cfg.source, cfg.timeout)?,
+            client: Source::new(&cfg.source, cfg.timeout, cfg.ca_file.as_deref())?,
             store: Store::new(stored, 16 * 1024, u64::from(cfg.block_size)),
             fetch_kib: Arc::new(Semaphore::new(fetch_kib_total as usize)),
             fetch_kib_total,

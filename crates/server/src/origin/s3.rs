@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use futures_util::{StreamExt, stream};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use object_store::{
-    Attribute, BackoffConfig, ClientOptions, GetOptions, GetRange, ObjectStore, RetryConfig,
+    Attribute, BackoffConfig, Certificate, ClientOptions, GetOptions, GetRange, ObjectStore, RetryConfig,
     aws::{AmazonS3, AmazonS3Builder},
     path::Path,
 };
@@ -31,11 +31,21 @@ pub struct S3Origin {
 impl S3Origin {
     /// Credentials and region not given in `cfg` come from the AWS
     /// environment variables.
-    pub fn new(cfg: &S3Config, timeout: Duration) -> Result<Self, String> {
+    /// `ca_file`'s certificates (PEM) are trusted beside the system's for
+    /// an https endpoint.
+    pub fn new(cfg: &S3Config, timeout: Duration, ca_file: Option<&std::path::Path>) -> Result<Self, String> {
         // No whole-request timeout: a block run may take long on a slow
         // link; the tier bounds the wait between two chunks instead. Set
         // first: these options also hold allow_http, set below.
-        let client = ClientOptions::new().with_connect_timeout(timeout).with_timeout_disabled();
+        let mut client = ClientOptions::new().with_connect_timeout(timeout).with_timeout_disabled();
+        if let Some(path) = ca_file {
+            let pem = std::fs::read(path).map_err(|e| format!("--origin-ca {}: {e}", path.display()))?;
+            let certs =
+                Certificate::from_pem_bundle(&pem).map_err(|e| format!("--origin-ca {}: {e}", path.display()))?;
+            for cert in certs {
+                client = client.with_root_certificate(cert);
+            }
+        }
         let mut b = AmazonS3Builder::from_env().with_client_options(client).with_bucket_name(&cfg.bucket);
         if let Some(endpoint) = &cfg.endpoint {
             // object_store addresses buckets path style unless told
@@ -196,7 +206,7 @@ mod tests {
     #[test]
     fn keys_are_decoded_under_the_prefix() {
         let cfg = S3Config { bucket: "b".into(), prefix: "pre/fix".into(), ..S3Config::default() };
-        let o = S3Origin::new(&cfg, Duration::from_secs(1)).unwrap();
+        let o = S3Origin::new(&cfg, Duration::from_secs(1), None).unwrap();
         assert_eq!(o.key("/a%20b/c.bin?x=1").unwrap().as_ref(), "pre/fix/a b/c.bin");
         assert!(o.key("/a/../b").is_err());
         assert!(o.key("/").is_err() && o.key("/dir/").is_err());

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use futures_util::{StreamExt, stream::BoxStream};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use http_body_util::BodyExt;
-use std::{fmt, time::Duration};
+use std::{fmt, path::Path, time::Duration};
 
 /// Settings of an S3 origin (`s3://BUCKET[/PREFIX]`). Fields left `None`
 /// come from the usual AWS environment variables (`AWS_ACCESS_KEY_ID`,
@@ -57,7 +57,7 @@ impl fmt::Debug for S3Config {
 /// Which origin the tier serves.
 #[derive(Debug, Clone)]
 pub enum OriginSource {
-    /// `http://host:port/prefix`; request paths are appended.
+    /// `http://host:port/prefix` or `https://...`; request paths are appended.
     Http(Uri),
     S3(S3Config),
 }
@@ -100,10 +100,10 @@ pub enum Source {
 impl Source {
     /// A client for `source`; fails on settings that cannot work (an S3
     /// endpoint that is no URL, say), before any request is made.
-    pub fn new(source: &OriginSource, timeout: Duration) -> Result<Self, String> {
+    pub fn new(source: &OriginSource, timeout: Duration, ca_file: Option<&Path>) -> Result<Self, String> {
         Ok(match source {
-            OriginSource::Http(uri) => Source::Http(Box::new(OriginClient::new(uri, timeout))),
-            OriginSource::S3(cfg) => Source::S3(S3Origin::new(cfg, timeout)?),
+            OriginSource::Http(uri) => Source::Http(Box::new(OriginClient::new(uri, timeout, ca_file)?)),
+            OriginSource::S3(cfg) => Source::S3(S3Origin::new(cfg, timeout, ca_file)?),
         })
     }
 
