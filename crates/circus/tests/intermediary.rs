@@ -452,3 +452,18 @@ fn stale_responses_are_served_only_as_the_origin_and_the_request_allow() {
     assert_eq!(get(&tier.addr, "/never", &[("cache-control", "only-if-cached")]).status, 504);
     assert_eq!(origin.count("GET", "/never"), 0);
 }
+
+#[test]
+fn a_wrong_digest_on_an_object_sent_in_one_response_is_relayed_not_enforced() {
+    // One block comes from one response: nothing can be spliced, and the
+    // field is the origin's to send (caches store Content-MD5 as they get it).
+    let origin = ScriptedOrigin::start(|_| {
+        response("200 OK", &[("cache-control", "max-age=3600"), ("content-md5", "N7UdGUp1E+RbVvZSTy1R8g==")], "body")
+    });
+    let tier = origin.tier();
+    for _ in 0..2 {
+        let a = get(&tier.addr, "/md5", &[]);
+        assert_eq!((a.body.as_slice(), a.header("content-md5")), (&b"body"[..], Some("N7UdGUp1E+RbVvZSTy1R8g==")));
+    }
+    assert_eq!(origin.count("GET", "/md5"), 1);
+}

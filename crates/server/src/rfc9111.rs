@@ -45,9 +45,26 @@ impl CacheControl {
         self.public || self.s_maxage.is_some()
     }
 
+    /// A request's Cache-Control.
     pub fn parse(h: &HeaderMap) -> Self {
+        Self::parse_field(h, &header::CACHE_CONTROL)
+    }
+
+    /// A response's caching policy for this cache: its `CDN-Cache-Control`
+    /// when it has one (RFC 9213 §2.1: Cache-Control and Expires are then
+    /// ignored), else its Cache-Control. The second value says which.
+    pub fn of_response(res: &HeaderMap) -> (Self, bool) {
+        let targeted = HeaderName::from_static("cdn-cache-control");
+        let present = res.get_all(&targeted).iter().any(|v| !v.as_bytes().iter().all(u8::is_ascii_whitespace));
+        match present {
+            true => (Self::parse_field(res, &targeted), true),
+            false => (Self::parse_field(res, &header::CACHE_CONTROL), false),
+        }
+    }
+
+    fn parse_field(h: &HeaderMap, field: &HeaderName) -> Self {
         let mut cc = CacheControl::default();
-        let items = h.get_all(header::CACHE_CONTROL).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(','));
+        let items = h.get_all(field).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(','));
         for item in items {
             let (name, value) = match item.split_once('=') {
                 Some((n, v)) => (n.trim(), Some(v.trim().trim_matches('"'))),
@@ -105,7 +122,7 @@ pub enum NotStored {
 
 /// §3 for a shared cache, for a GET whose response is `status`.
 pub fn storable(req: &HeaderMap, status: StatusCode, res: &HeaderMap) -> Result<(), NotStored> {
-    let (qc, rc) = (CacheControl::parse(req), CacheControl::parse(res));
+    let (qc, (rc, targeted)) = (CacheControl::parse(req), CacheControl::of_response(res));
     if qc.no_store {
         return Err(NotStored::RequestNoStore);
     }
@@ -129,7 +146,8 @@ pub fn storable(req: &HeaderMap, status: StatusCode, res: &HeaderMap) -> Result<
     // §3 and §4.2.2: a status is stored when the response says how long it
     // stays fresh, or when its status is one heuristic freshness may apply
     // to (RFC 9110 §15.1).
-    let explicit = rc.max_age.is_some() || rc.s_maxage.is_some() || rc.public || res.contains_key(header::EXPIRES);
+    let expires = !targeted && res.contains_key(header::EXPIRES);
+    let explicit = rc.max_age.is_some() || rc.s_maxage.is_some() || rc.public || expires;
     let heuristic = matches!(status.as_u16(), 200 | 203 | 204 | 206 | 300 | 301 | 308 | 404 | 405 | 410 | 414 | 501);
     if !(heuristic || explicit) {
         return Err(NotStored::Status);
@@ -166,11 +184,11 @@ impl Freshness {
     /// `request_time` is when the request went to the origin,
     /// `response_time` when its response head arrived.
     pub fn of(res: &HeaderMap, request_time: SystemTime, response_time: SystemTime) -> Self {
-        let cc = CacheControl::parse(res);
+        let (cc, targeted) = CacheControl::of_response(res);
         let date_value = date(res, header::DATE).unwrap_or(response_time);
         let lifetime = if let Some(s) = cc.s_maxage.or(cc.max_age) {
             Duration::from_secs(s)
-        } else if res.contains_key(header::EXPIRES) {
+        } else if !targeted && res.contains_key(header::EXPIRES) {
             // An invalid Expires (e.g. "0") means already expired (§5.3).
             date(res, header::EXPIRES).map(|e| since(e, date_value)).unwrap_or_default()
         } else if let Some(lm) = date(res, header::LAST_MODIFIED) {
@@ -505,6 +523,21 @@ mod tests {
         assert_eq!(age_header(&f, at(1004)), "9");
         let listed = Freshness::of(&headers(&[("age", "7200, 0"), ("cache-control", "max-age=3600")]), at(0), at(0));
         assert_eq!(listed.initial_age, Duration::from_secs(7200), "the first member of a listed Age counts");
+    }
+
+    #[test]
+    fn cdn_cache_control_takes_the_place_of_cache_control_and_expires() {
+        let res = headers(&[
+            ("cache-control", "no-store"),
+            ("expires", &http_date(10_000)),
+            ("cdn-cache-control", "max-age=60"),
+        ]);
+        assert_eq!(storable(&HeaderMap::new(), StatusCode::OK, &res), Ok(()));
+        assert_eq!(Freshness::of(&res, at(0), at(0)).lifetime, Duration::from_secs(60));
+        let private = headers(&[("cache-control", "max-age=600"), ("cdn-cache-control", "private")]);
+        assert_eq!(storable(&HeaderMap::new(), StatusCode::OK, &private), Err(NotStored::Private));
+        let only_cc = headers(&[("cache-control", "max-age=600"), ("cdn-cache-control", " ")]);
+        assert_eq!(Freshness::of(&only_cc, at(0), at(0)).lifetime, Duration::from_secs(600), "an empty one is none");
     }
 
     #[test]

@@ -300,7 +300,9 @@ impl OriginTier {
         let credentials = h.contains_key(header::AUTHORIZATION) || h.contains_key(header::COOKIE);
         if credentials || CacheControl::parse(h).no_store {
             let shared = self.store.object(target, |o| {
-                CacheControl::parse(&o.headers).shared_explicitly() && o.selected_by(h) && o.freshness.usable(h, now)
+                CacheControl::of_response(&o.headers).0.shared_explicitly()
+                    && o.selected_by(h)
+                    && o.freshness.usable(h, now)
             });
             if let Some(o) = shared.filter(|_| credentials) {
                 self.metrics.hits.inc();
@@ -468,7 +470,11 @@ impl OriginTier {
             request_time,
             response_time,
         );
-        let expected = integrity::Expected::from_response(status, &res.headers, self.client.is_s3());
+        // A version in one block comes from one response: nothing to splice
+        // (a block fetched again is checked against its leaves), and an
+        // origin's wrong digest must not cut what it sent whole.
+        let expected = integrity::Expected::from_response(status, &res.headers, self.client.is_s3())
+            .filter(|_| obj.layout.blocks() > 1);
         let integrity = expected.map(|e| Arc::new(integrity::Integrity::new(e, obj.layout)));
         let obj = Arc::new(Object { integrity, ..obj });
         let layout = obj.layout;
