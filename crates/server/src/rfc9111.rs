@@ -55,8 +55,14 @@ impl CacheControl {
     /// ignored), else its Cache-Control. The second value says which.
     pub fn of_response(res: &HeaderMap) -> (Self, bool) {
         let targeted = HeaderName::from_static("cdn-cache-control");
-        let present = res.get_all(&targeted).iter().any(|v| !v.as_bytes().iter().all(u8::is_ascii_whitespace));
-        match present {
+        let values: Vec<&str> = res.get_all(&targeted).iter().filter_map(|v| v.to_str().ok()).collect();
+        let joined = values.join(",");
+        // §2.1: an empty field, or one that does not parse as a Structured
+        // Field Dictionary, is as if absent.
+        match !joined.trim().is_empty()
+            && values.len() == res.get_all(&targeted).iter().count()
+            && sf_dictionary(&joined)
+        {
             true => (Self::parse_field(res, &targeted), true),
             false => (Self::parse_field(res, &header::CACHE_CONTROL), false),
         }
@@ -104,6 +110,34 @@ impl CacheControl {
         }
         cc
     }
+}
+
+/// Whether `v` is a Structured Field Dictionary (RFC 8941 §3.2) whose
+/// cache directives have the types RFC 9213 gives them: lowercase keys,
+/// integers for the ones that count seconds. Parameters are allowed and
+/// not checked; string values may not contain commas.
+fn sf_dictionary(v: &str) -> bool {
+    v.split(',').all(|member| {
+        let member = member.trim().split(';').next().unwrap_or("");
+        let (key, value) = match member.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (member, None),
+        };
+        let mut chars = key.chars();
+        let key_ok = chars.next().is_some_and(|c| c.is_ascii_lowercase() || c == '*')
+            && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_-.*".contains(c));
+        let counts_seconds = ["max-age", "s-maxage", "stale-while-revalidate", "stale-if-error"].contains(&key);
+        let integer = |v: &str| {
+            let digits = v.strip_prefix('-').unwrap_or(v);
+            (1..=15).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit())
+        };
+        key_ok
+            && match value {
+                None => true,
+                Some(v) if counts_seconds => integer(v),
+                Some(v) => !v.is_empty(),
+            }
+    })
 }
 
 /// Why a response is not stored (and so is relayed to its one client only).
@@ -538,6 +572,11 @@ mod tests {
         assert_eq!(storable(&HeaderMap::new(), StatusCode::OK, &private), Err(NotStored::Private));
         let only_cc = headers(&[("cache-control", "max-age=600"), ("cdn-cache-control", " ")]);
         assert_eq!(Freshness::of(&only_cc, at(0), at(0)).lifetime, Duration::from_secs(600), "an empty one is none");
+        for invalid in ["max-age=10000, &&&&&", "max-age=\"10000\"", "Max-Age=5", "max-age=1.5"] {
+            let res = headers(&[("cache-control", "no-store"), ("cdn-cache-control", invalid)]);
+            assert_eq!(storable(&HeaderMap::new(), StatusCode::OK, &res), Err(NotStored::NoStore), "{invalid}");
+        }
+        assert!(sf_dictionary("max-age=60, no-cache;x=1, private=\"a\""));
     }
 
     #[test]
