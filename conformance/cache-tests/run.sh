@@ -9,7 +9,7 @@
 #   CACHE_TESTS_DIR   checkout of http-tests/cache-tests   (default /tmp/cache-tests-src)
 #   CACHE_TESTS_OUT   where results go                     (default /tmp/cache-tests-results)
 #   CACHE_TESTS_WORK  scratch for peer configs, caches, logs (default: fresh /tmp/cache-tests-work.XXXXXX)
-#   CIRCUS_BIN        circus binary if no argument given   (default /work/main/target/release/circus)
+#   CIRCUS_BIN        circus binary if no argument given   (default target/release/circus of this checkout)
 #   PEERS             peers to run, in order               (default "circus nginx varnish squid")
 #   CACHE_TESTS_ID    run just this test id, with the suite's request/response dump, and save nothing
 #   CACHE_TESTS_TIMEOUT  seconds one peer's run may take   (default 1800)
@@ -26,7 +26,7 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-CIRCUS=${1:-${CIRCUS_BIN:-/work/main/target/release/circus}}
+CIRCUS=${1:-${CIRCUS_BIN:-$HERE/../../target/release/circus}}
 SUITE=${CACHE_TESTS_DIR:-/tmp/cache-tests-src}
 SETUP=${CACHE_TESTS_SETUP:-cache}
 case $SETUP in
