@@ -151,21 +151,9 @@ fn send(addr: &str, method: &str, target: &str, fields: &[(&str, &str)], body: &
     s.write_all(req.as_bytes()).unwrap();
     s.write_all(body).unwrap();
     let mut r = BufReader::new(s);
-    let mut line = String::new();
-    r.read_line(&mut line).unwrap();
-    let status = line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let (status, fields) = common::read_fields(&mut r);
     let mut headers: Vec<(String, String)> = Vec::new();
-    loop {
-        let mut h = String::new();
-        if r.read_line(&mut h).unwrap_or(0) == 0 {
-            break;
-        }
-        let h = h.trim_end();
-        if h.is_empty() {
-            break;
-        }
-        let (n, v) = h.split_once(':').unwrap();
-        let (n, v) = (n.trim().to_ascii_lowercase(), v.trim().to_owned());
+    for (n, v) in fields {
         match headers.iter_mut().find(|(m, _)| *m == n) {
             Some((_, old)) => *old = format!("{old}, {v}"),
             None => headers.push((n, v)),

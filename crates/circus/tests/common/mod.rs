@@ -53,10 +53,22 @@ pub fn serve_env(args: &[&str], env: &[(&str, &str)]) -> ServerProc {
 /// lowercased; a field sent twice fails the test. EOF ends the head.
 #[allow(dead_code, reason = "each test binary compiles this module; not all read raw responses")]
 pub fn read_head(r: &mut BufReader<TcpStream>) -> (u16, HashMap<String, String>) {
+    let (status, fields) = read_fields(r);
+    let mut headers = HashMap::new();
+    for (n, v) in fields {
+        assert!(headers.insert(n.clone(), v).is_none(), "{n} twice");
+    }
+    (status, headers)
+}
+
+/// Reads a response head from `r`: the status and the fields in order,
+/// names lowercased. EOF ends the head.
+#[allow(dead_code, reason = "each test binary compiles this module; not all read raw responses")]
+pub fn read_fields(r: &mut impl BufRead) -> (u16, Vec<(String, String)>) {
     let mut line = String::new();
     r.read_line(&mut line).unwrap();
     let status = line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let mut headers = HashMap::new();
+    let mut fields = Vec::new();
     loop {
         let mut h = String::new();
         if r.read_line(&mut h).unwrap_or(0) == 0 {
@@ -67,10 +79,10 @@ pub fn read_head(r: &mut BufReader<TcpStream>) -> (u16, HashMap<String, String>)
             break;
         }
         if let Some((n, v)) = h.split_once(':') {
-            assert!(headers.insert(n.trim().to_ascii_lowercase(), v.trim().to_owned()).is_none(), "{n} twice");
+            fields.push((n.trim().to_ascii_lowercase(), v.trim().to_owned()));
         }
     }
-    (status, headers)
+    (status, fields)
 }
 
 /// Sends `GET path` with `connection: close` and the `extra` fields, and
