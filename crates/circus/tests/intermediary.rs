@@ -29,7 +29,7 @@ impl Seen {
     }
 }
 
-type Script = dyn Fn(&Seen) -> String + Send + Sync;
+type Script = dyn Fn(&Seen) -> Vec<u8> + Send + Sync;
 
 struct ScriptedOrigin {
     addr: String,
@@ -37,7 +37,7 @@ struct ScriptedOrigin {
 }
 
 impl ScriptedOrigin {
-    fn start(script: impl Fn(&Seen) -> String + Send + Sync + 'static) -> Self {
+    fn start(script: impl Fn(&Seen) -> Vec<u8> + Send + Sync + 'static) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -109,17 +109,17 @@ fn serve_conn(conn: TcpStream, script: &Script, log: &Mutex<Vec<Seen>>) -> Optio
         let seen = Seen { method, target, headers, body };
         let response = script(&seen);
         log.lock().unwrap().push(seen);
-        out.write_all(response.as_bytes()).ok()?;
+        out.write_all(&response).ok()?;
     }
 }
 
 /// A raw response with a Content-Length for `body`.
-fn response(status: &str, fields: &[(&str, &str)], body: &str) -> String {
+fn response(status: &str, fields: &[(&str, &str)], body: &str) -> Vec<u8> {
     let mut s = format!("HTTP/1.1 {status}\r\n");
     for (n, v) in fields {
         s += &format!("{n}: {v}\r\n");
     }
-    s + &format!("content-length: {}\r\n\r\n{body}", body.len())
+    (s + &format!("content-length: {}\r\n\r\n{body}", body.len())).into_bytes()
 }
 
 /// What the client got.
@@ -163,7 +163,21 @@ fn send(addr: &str, method: &str, target: &str, fields: &[(&str, &str)], body: &
     if method != "HEAD" {
         let _ = r.read_to_end(&mut body);
     }
-    Answer { status, headers, body }
+    let chunked = headers.iter().any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
+    Answer { status, body: if chunked { dechunk(&body) } else { body }, headers }
+}
+
+/// A chunked body decoded (a cut one ends where it was cut).
+fn dechunk(mut raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(eol) = raw.windows(2).position(|w| w == b"\r\n") {
+        let size = std::str::from_utf8(&raw[..eol]).ok().and_then(|s| usize::from_str_radix(s.trim(), 16).ok());
+        let Some(n) = size.filter(|&n| n > 0) else { break };
+        let chunk = &raw[eol + 2..];
+        out.extend_from_slice(&chunk[..n.min(chunk.len())]);
+        raw = chunk.get(n + 2..).unwrap_or(&[]);
+    }
+    out
 }
 
 fn get(addr: &str, target: &str, fields: &[(&str, &str)]) -> Answer {
@@ -454,4 +468,55 @@ fn a_wrong_digest_on_an_object_sent_in_one_response_is_relayed_not_enforced() {
         assert_eq!((a.body.as_slice(), a.header("content-md5")), (&b"body"[..], Some("N7UdGUp1E+RbVvZSTy1R8g==")));
     }
     assert_eq!(origin.count("GET", "/md5"), 1);
+}
+
+/// A raw response whose body is sent chunked, in `pieces`.
+fn chunked(fields: &[(&str, &str)], pieces: &[&[u8]]) -> Vec<u8> {
+    let mut s = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n".to_vec();
+    for (n, v) in fields {
+        s.extend_from_slice(format!("{n}: {v}\r\n").as_bytes());
+    }
+    s.extend_from_slice(b"\r\n");
+    for p in pieces {
+        s.extend_from_slice(format!("{:x}\r\n", p.len()).as_bytes());
+        s.extend_from_slice(p);
+        s.extend_from_slice(b"\r\n");
+    }
+    s.extend_from_slice(b"0\r\n\r\n");
+    s
+}
+
+#[test]
+fn responses_without_a_length_are_stored_when_they_fit_a_block_and_relayed_whole_when_not() {
+    let large: Vec<u8> = (0..1_500_000u32).map(|i| (i % 249) as u8).collect();
+    let big = large.clone();
+    let origin = ScriptedOrigin::start(move |req| {
+        let fresh = [("cache-control", "max-age=3600")];
+        match req.target.as_str() {
+            "/small" => chunked(&fresh, &[b"hello ", b"chunked ", b"world"]),
+            _ => chunked(&fresh, &big.chunks(100_000).collect::<Vec<_>>()),
+        }
+    });
+    let tier = origin.tier();
+    for _ in 0..2 {
+        let a = get(&tier.addr, "/small", &[]);
+        assert_eq!((a.status, a.body.as_slice()), (200, &b"hello chunked world"[..]), "{a:?}");
+        assert_eq!(a.header("transfer-encoding").filter(|t| t.contains(',')), None, "framing relayed twice");
+    }
+    assert_eq!(origin.count("GET", "/small"), 1, "a small response without a length is stored");
+    let a = get(&tier.addr, "/large", &[]);
+    assert!(a.status == 200 && a.body == large, "{} bytes relayed, not the body", a.body.len());
+}
+
+#[test]
+fn a_content_range_on_a_whole_200_is_an_ordinary_field() {
+    let origin = ScriptedOrigin::start(|_| {
+        response("200 OK", &[("cache-control", "max-age=3600"), ("content-range", "ananananananana")], "whole")
+    });
+    let tier = origin.tier();
+    for _ in 0..2 {
+        let a = get(&tier.addr, "/odd", &[]);
+        assert_eq!((a.body.as_slice(), a.header("content-range")), (&b"whole"[..], Some("ananananananana")));
+    }
+    assert_eq!(origin.count("GET", "/odd"), 1);
 }

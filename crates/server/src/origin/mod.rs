@@ -442,7 +442,7 @@ impl OriginTier {
             StatusCode::OK => {
                 match res.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok()) {
                     Some(size) => (size, u64::saturating_sub(size, 1)),
-                    None => return relay(res),
+                    None => return self.keep_unsized(target, h, res, request_time, response_time).await,
                 }
             }
             // An empty object cannot satisfy bytes=0-N: ask for it plainly.
@@ -459,6 +459,11 @@ impl OriginTier {
             };
         }
         let version = self.next_version.fetch_add(1, Ordering::Relaxed);
+        // A part's Content-Range is framing; on a 200 it is the origin's field.
+        let mut fields = res.headers.clone();
+        if status == StatusCode::PARTIAL_CONTENT {
+            fields.remove(header::CONTENT_RANGE);
+        }
         let obj = Object::new(
             target,
             version,
@@ -466,7 +471,7 @@ impl OriginTier {
             self.block_size,
             self.native_block,
             h,
-            &res.headers,
+            &fields,
             request_time,
             response_time,
         );
@@ -537,7 +542,11 @@ impl OriginTier {
             if let Some(outcome) = check.outcome() {
                 return outcome;
             }
-            let Some(b) = check.next_needed() else { continue };
+            let Some(b) = check.next_needed() else {
+                // The last block is being hashed: its outcome is a moment away.
+                tokio::task::yield_now().await;
+                continue;
+            };
             let bytes = self.read(obj, obj.layout.offset(b), obj.layout.block_len(b)).await?;
             if let Some(Err(e)) = check.record(b, &bytes) {
                 self.metrics.origin_errors.inc();
@@ -614,6 +623,49 @@ impl OriginTier {
         let blocks = (self.block_size, self.native_block);
         let obj = Object::new(target, version, size, blocks.0, blocks.1, h, &headers, request_time, response_time);
         let obj = Arc::new(Object { status, body, ..obj });
+        self.store.put_object(target, obj.clone());
+        Lookup::Stored(obj)
+    }
+
+    /// A 200 without Content-Length (chunked, or ended by the close):
+    /// stored as an object of one block when RFC 9111 allows and it ends
+    /// within a block; relayed otherwise, what was read put back in front.
+    async fn keep_unsized(
+        &self,
+        target: &str,
+        h: &HeaderMap,
+        mut res: OriginResponse,
+        request_time: SystemTime,
+        response_time: SystemTime,
+    ) -> Lookup {
+        let relay = |res| Lookup::Relay(Arc::new(Mutex::new(Some(res))));
+        if rfc9111::storable(h, res.status, &res.headers).is_err() {
+            return relay(res);
+        }
+        let (mut read, wait) = (Vec::new(), self.client.timeout());
+        loop {
+            match tokio::time::timeout(wait, res.body.next()).await {
+                Err(_) => return Lookup::Failed(format!("origin sent nothing for {wait:?}")),
+                Ok(Some(Err(e))) => return Lookup::Failed(e),
+                Ok(Some(Ok(chunk))) => read.extend_from_slice(&chunk),
+                Ok(None) => break,
+            }
+            if read.len() > self.block_size as usize {
+                let head = Bytes::from(read);
+                res.body = futures_util::stream::once(async move { Ok(head) }).chain(res.body).boxed();
+                return relay(res);
+            }
+        }
+        self.metrics.origin_bytes.inc_by(read.len() as u64);
+        let (version, size) = (self.next_version.fetch_add(1, Ordering::Relaxed), read.len() as u64);
+        let blocks = (self.block_size, self.native_block);
+        let obj = Object::new(target, version, size, blocks.0, blocks.1, h, &res.headers, request_time, response_time);
+        if size > 0 {
+            let bytes = Bytes::from(read);
+            obj.leaves.record(0, &bytes);
+            self.store.put_block(version, 0, bytes);
+        }
+        let obj = Arc::new(obj);
         self.store.put_object(target, obj.clone());
         Lookup::Stored(obj)
     }
