@@ -106,7 +106,7 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>) -> Result<Response<Re
     let mut res = match rfc9110::evaluate(&cond, &v) {
         Precondition::NotModified => status_only(StatusCode::NOT_MODIFIED),
         Precondition::Failed => status_only(StatusCode::PRECONDITION_FAILED),
-        Precondition::Proceed if wants_native(h) => native(state, &file, h, head).await?,
+        Precondition::Proceed if crate::accept::wants_native(h) => native(state, &file, h, head).await?,
         Precondition::Proceed => {
             // Plain clients neither wait for nor start an index build (a
             // HEAD must not read the whole file); their responses carry
@@ -148,25 +148,6 @@ fn status_only(status: StatusCode) -> Response<ResBody> {
     let mut res = Response::new(full(Bytes::new()));
     *res.status_mut() = status;
     res
-}
-
-/// Whether the client lists the native media type with a non-zero quality
-/// (`;q=0` means "not acceptable", RFC 9110 §12.5.1).
-pub(crate) fn wants_native(h: &HeaderMap) -> bool {
-    lists_native(h.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()))
-}
-
-/// [`wants_native`] over the values of the request's Accept fields.
-pub(crate) fn lists_native<'a>(accept: impl Iterator<Item = &'a str>) -> bool {
-    accept.flat_map(|v| v.split(',')).any(|item| {
-        let mut params = item.split(';');
-        let is_native = params.next().is_some_and(|t| t.trim().eq_ignore_ascii_case(NATIVE_TYPE));
-        let q = params
-            .filter_map(|p| p.trim().strip_prefix("q=").or_else(|| p.trim().strip_prefix("Q=")))
-            .find_map(|q| q.trim().parse::<f32>().ok())
-            .unwrap_or(1.0);
-        is_native && q > 0.0
-    })
 }
 
 async fn native(
@@ -291,25 +272,4 @@ fn plain(state: &Arc<AppState>, file: &Arc<FileEntry>, h: &HeaderMap, head: bool
         rh.insert(header::CONTENT_RANGE, cr);
     }
     res
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn native_is_chosen_only_with_nonzero_quality() {
-        let cases = [
-            ("application/vnd.circus.blocks", true),
-            ("text/html, application/vnd.circus.blocks;q=0.5", true),
-            ("application/vnd.circus.blocks;q=0", false),
-            ("application/vnd.circus.blocks; q=0.0, */*", false),
-            ("*/*", false),
-        ];
-        for (accept, want) in cases {
-            let mut h = HeaderMap::new();
-            h.insert(header::ACCEPT, HeaderValue::from_static(accept));
-            assert_eq!(wants_native(&h), want, "{accept}");
-        }
-    }
 }

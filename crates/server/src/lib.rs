@@ -29,6 +29,7 @@
 //! # }
 //! ```
 
+mod accept;
 mod activity;
 mod arena;
 mod body;

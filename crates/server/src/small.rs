@@ -164,7 +164,7 @@ impl SmallFiles {
         let path = target.split_once('?').map_or(target, |(p, _)| p);
         // A native client gets the block stream from the full path.
         let accepts = headers.iter().filter(|h| h.name.eq_ignore_ascii_case("accept"));
-        if crate::http::lists_native(accepts.filter_map(|h| std::str::from_utf8(h.value).ok())) {
+        if crate::accept::lists_native(accepts.filter_map(|h| std::str::from_utf8(h.value).ok())) {
             return false;
         }
         let now = SystemTime::now();

@@ -419,7 +419,7 @@ impl OriginTier {
         let response_time = SystemTime::now();
         let status = res.status;
         // Versions are described by the request as the origin saw it.
-        let h = &without_native(h);
+        let h = &crate::accept::without_native(h);
         if status == StatusCode::NOT_MODIFIED {
             let Some(s) = stale else {
                 return Lookup::Failed("origin answered 304 to an unconditional request".into());
@@ -880,7 +880,7 @@ impl OriginTier {
             }
             Precondition::Proceed => {}
         }
-        if crate::http::wants_native(h)
+        if crate::accept::wants_native(h)
             && let Some(file) = self.native_entry(obj)
         {
             return self.native(obj, &file, h, head);
@@ -934,7 +934,7 @@ impl OriginTier {
     async fn relay(&self, target: &str, h: &HeaderMap, head: bool) -> Result<Response<ResBody>, HttpError> {
         self.metrics.relayed.inc();
         self.metrics.origin_requests.inc();
-        let res = self.client.get(target, &without_native(h)).await.map_err(|e| {
+        let res = self.client.get(target, &crate::accept::without_native(h)).await.map_err(|e| {
             self.metrics.origin_errors.inc();
             HttpError::Origin(e)
         })?;
@@ -948,10 +948,10 @@ impl OriginTier {
 }
 
 /// The client's headers that select a representation (Accept without the
-/// native type: see [`without_native`]), without the ones that ask for a
+/// native type: see [`crate::accept::without_native`]), without the ones that ask for a
 /// part or a condition (the tier fetches whole blocks).
 fn forwarded(h: &HeaderMap) -> HeaderMap {
-    let mut fh = without_native(h);
+    let mut fh = crate::accept::without_native(h);
     client::strip_hop_by_hop(&mut fh);
     for name in [
         header::RANGE,
@@ -965,29 +965,6 @@ fn forwarded(h: &HeaderMap) -> HeaderMap {
         fh.remove(name);
     }
     fh
-}
-
-/// `h` with the native media type taken out of Accept (the field dropped
-/// when nothing else is left). The tier makes the native stream itself and
-/// wants the plain object from the origin, also from an origin that is a
-/// circus (which varies on Accept); stored versions are selected by the
-/// request as it would be forwarded.
-pub(crate) fn without_native(h: &HeaderMap) -> HeaderMap {
-    let mut out = h.clone();
-    if !crate::http::wants_native(h) {
-        return out;
-    }
-    let accept = h.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok());
-    let kept: Vec<&str> = accept
-        .flat_map(|v| v.split(','))
-        .filter(|item| !crate::http::lists_native(std::iter::once(*item)))
-        .map(str::trim)
-        .collect();
-    out.remove(header::ACCEPT);
-    if let Some(v) = Some(kept.join(", ")).filter(|v| !v.is_empty()).and_then(|v| HeaderValue::from_str(&v).ok()) {
-        out.insert(header::ACCEPT, v);
-    }
-    out
 }
 
 /// An origin's answer as the client gets it: hop-by-hop fields dropped,
