@@ -518,7 +518,7 @@ struct NativeGot {
     order: Vec<u32>,
     data: Vec<u8>,
     ended: bool,
-    error: Option<String>,
+    error: Option<(circus_proto::ErrorCode, String)>,
 }
 
 /// A native GET over HTTP/1.0 (so the body is the stream itself, not
@@ -559,7 +559,7 @@ fn get_native(addr: &str, path: &str, pace: Duration, progress: &AtomicU64) -> N
                     progress.fetch_add(1, Ordering::SeqCst);
                 }
                 Frame::End => got.ended = true,
-                Frame::Error { message, .. } => got.error = Some(message),
+                Frame::Error { code, message } => got.error = Some((code, message)),
                 Frame::Unknown { .. } => {}
             }
         }
@@ -651,7 +651,8 @@ fn an_origin_object_replaced_under_native_clients_ends_their_streams_with_an_err
     let g = get_native(&t.addr, "/obj.bin", Duration::from_millis(2), &none);
     assert_eq!(g.content_type, circus_proto::CONTENT_TYPE);
     assert!(!g.ended, "a native stream ended as complete although its object changed at the origin");
-    assert!(g.error.is_some(), "the stream should end with an ERROR frame");
+    let (code, message) = g.error.expect("the stream should end with an ERROR frame");
+    assert_eq!(code, circus_proto::ErrorCode::FILE_CHANGED, "{message}: a client must start over, not give up");
 }
 
 #[test]

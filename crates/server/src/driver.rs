@@ -439,7 +439,10 @@ impl Driver {
                 // origin block), so the budget counts what is held.
                 Backing::Origin(blocks) => {
                     let (offset, len) = (entry.layout.offset(block), entry.layout.block_len(block));
-                    let read = blocks.read(offset, len).await.map_err(ReadError::Storage);
+                    let read = blocks.read(offset, len).await.map_err(|e| match e.changed {
+                        true => ReadError::Changed(e.to_string()),
+                        false => ReadError::Storage(e.to_string()),
+                    });
                     read.and_then(|bytes| checked(&entry, block, bytes)).map(|bytes| {
                         slot.and_then(|s| s.fill(&bytes)).unwrap_or_else(|| Bytes::copy_from_slice(&bytes))
                     })

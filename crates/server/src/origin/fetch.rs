@@ -9,11 +9,31 @@ use bytes::{Bytes, BytesMut};
 use std::sync::Mutex;
 use tokio::sync::watch;
 
+/// Why a block could not be had from the origin, as every waiter sees it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{why}")]
+pub struct FetchError {
+    pub why: String,
+    /// The origin now has another version of the object: the bytes of this
+    /// one are gone for good, and a client starts over on the new one.
+    pub changed: bool,
+}
+
+impl FetchError {
+    pub fn other(why: impl Into<String>) -> Self {
+        FetchError { why: why.into(), changed: false }
+    }
+
+    pub fn changed(why: impl Into<String>) -> Self {
+        FetchError { why: why.into(), changed: true }
+    }
+}
+
 #[derive(Debug, Default)]
 struct FetchState {
     chunks: Vec<Bytes>,
     received: usize,
-    end: Option<Result<(), String>>,
+    end: Option<Result<(), FetchError>>,
 }
 
 /// One block on its way from the origin.
@@ -85,10 +105,10 @@ impl BlockFetch {
     }
 
     /// Fails the block for every waiter, unless it already ended.
-    pub fn fail(&self, why: &str) {
+    pub fn fail(&self, why: &FetchError) {
         let mut st = self.state.lock().expect("fetch lock");
         if st.end.is_none() {
-            st.end = Some(Err(why.to_owned()));
+            st.end = Some(Err(why.clone()));
         }
         drop(st);
         self.tick.send_replace(());
@@ -96,7 +116,7 @@ impl BlockFetch {
 
     /// Bytes `at..at + len` of the block, copied out of its chunks once
     /// they have arrived (the rest of the block may still be on its way).
-    pub async fn range(&self, at: usize, len: usize) -> Result<Bytes, String> {
+    pub async fn range(&self, at: usize, len: usize) -> Result<Bytes, FetchError> {
         let mut rx = self.subscribe();
         loop {
             rx.borrow_and_update();
@@ -118,7 +138,11 @@ impl BlockFetch {
                     return Ok(out.freeze());
                 }
                 if st.end.is_some() {
-                    return Err(format!("block ended at {} bytes, before byte {}", st.received, at + len));
+                    return Err(FetchError::other(format!(
+                        "block ended at {} bytes, before byte {}",
+                        st.received,
+                        at + len
+                    )));
                 }
             }
             let _ = rx.changed().await;
@@ -127,7 +151,7 @@ impl BlockFetch {
 
     /// Chunk `idx`, waiting for it; `Ok(None)` once the block is complete
     /// and all its chunks were taken.
-    pub async fn chunk(&self, idx: usize, rx: &mut watch::Receiver<()>) -> Result<Option<Bytes>, String> {
+    pub async fn chunk(&self, idx: usize, rx: &mut watch::Receiver<()>) -> Result<Option<Bytes>, FetchError> {
         loop {
             // Mark seen before looking, so a push after the look wakes us.
             rx.borrow_and_update();
@@ -180,7 +204,7 @@ mod tests {
 
         let g = BlockFetch::new(4);
         g.push(Bytes::from_static(b"ab"));
-        g.fail("origin closed the connection");
+        g.fail(&FetchError::other("origin closed the connection"));
         let mut rx = g.subscribe();
         assert!(g.chunk(0, &mut rx).await.is_err(), "no chunk of a failed block is handed out");
         assert!(g.complete().is_none());

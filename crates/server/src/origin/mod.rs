@@ -52,6 +52,7 @@ use bytes::Bytes;
 use circus_core::FileId;
 use client::content_range;
 use fetch::BlockFetch;
+pub(crate) use fetch::FetchError;
 use futures_util::StreamExt;
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Empty, Full};
@@ -226,7 +227,7 @@ pub struct OriginBlocks {
 impl OriginBlocks {
     /// `len` bytes at `offset` (one native block, within one origin block).
     /// They may share the origin block's buffer: the caller copies them.
-    pub async fn read(&self, offset: u64, len: u32) -> Result<Bytes, String> {
+    pub async fn read(&self, offset: u64, len: u32) -> Result<Bytes, FetchError> {
         self.tier.read(&self.obj, offset, len).await
     }
 }
@@ -519,8 +520,11 @@ impl OriginTier {
     }
 
     /// `len` bytes at `offset` of `obj`, within one of its blocks.
-    async fn read(self: &Arc<Self>, obj: &Arc<Object>, offset: u64, len: u32) -> Result<Bytes, String> {
-        let b = obj.layout.block_of(offset).ok_or_else(|| format!("{}: read past the end", obj.target))?;
+    async fn read(self: &Arc<Self>, obj: &Arc<Object>, offset: u64, len: u32) -> Result<Bytes, FetchError> {
+        let b = obj
+            .layout
+            .block_of(offset)
+            .ok_or_else(|| FetchError::other(format!("{}: read past the end", obj.target)))?;
         let at = (offset - obj.layout.offset(b)) as usize;
         // The scheduler's reads are the demand: no read-ahead of our own,
         // whose blocks its out-of-order reads might never come for.
@@ -528,7 +532,7 @@ impl OriginTier {
             BlockRef::Ready(bytes) => bytes
                 .get(at..at + len as usize)
                 .map(|part| bytes.slice_ref(part))
-                .ok_or_else(|| format!("{}: a native block crosses origin blocks", obj.target)),
+                .ok_or_else(|| FetchError::other(format!("{}: a native block crosses origin blocks", obj.target))),
             BlockRef::Pending(fetch) => fetch.range(at, len as usize).await,
         }
     }
@@ -536,11 +540,12 @@ impl OriginTier {
     /// Checks the whole version against the origin's digest (when it gave
     /// one), reading the blocks the check still needs (resident, in flight
     /// or fetched); a mismatch forgets the version. `Ok` without a digest.
-    pub(crate) async fn verified(self: &Arc<Self>, obj: &Arc<Object>) -> Result<(), String> {
+    /// A mismatch is a change: the version's bytes were not one version's.
+    pub(crate) async fn verified(self: &Arc<Self>, obj: &Arc<Object>) -> Result<(), FetchError> {
         let Some(check) = &obj.integrity else { return Ok(()) };
         loop {
             if let Some(outcome) = check.outcome() {
-                return outcome;
+                return outcome.map_err(FetchError::changed);
             }
             let Some(b) = check.next_needed() else {
                 // The last block is being hashed: its outcome is a moment away.
@@ -552,7 +557,7 @@ impl OriginTier {
                 self.metrics.origin_errors.inc();
                 tracing::warn!(target = %obj.target, error = %e, "origin object failed its digest");
                 self.store.forget_version(&obj.target, obj.version);
-                return Err(e);
+                return Err(FetchError::changed(e));
             }
         }
     }
@@ -748,44 +753,47 @@ impl OriginTier {
             };
             if let Err(e) = tier.pump(&obj, &mut done, res).await {
                 tier.metrics.origin_errors.inc();
-                tracing::warn!(target = %obj.target, block = first + done.next as u32, error = %e.why, "origin fetch failed");
+                tracing::warn!(target = %obj.target, block = first + done.next as u32, error = %e, "origin fetch failed");
                 if e.changed {
                     // The next request revalidates and fetches the new version.
                     tier.store.forget_version(&obj.target, obj.version);
                 }
-                done.fail(&e.why);
+                done.fail(&e);
             }
         });
     }
 
     /// Receives the blocks of `done` from the origin into their fetches.
-    async fn pump(&self, obj: &Object, done: &mut Done, res: Option<OriginResponse>) -> Result<(), PumpError> {
+    async fn pump(&self, obj: &Object, done: &mut Done, res: Option<OriginResponse>) -> Result<(), FetchError> {
         let layout = obj.layout;
         let last = done.first + done.fetches.len() as u32 - 1;
         let (start, end) = (layout.offset(done.first), layout.offset(last) + u64::from(layout.block_len(last)) - 1);
         // An origin that ignores Range sends a whole object in one fetch:
         // it takes the whole share rather than wait for more than exists.
         let kib = u32::try_from((end - start + 1).div_ceil(1024)).unwrap_or(u32::MAX).min(self.fetch_kib_total);
-        let _bytes = self.fetch_kib.acquire_many(kib).await.map_err(|e| PumpError::other(e.to_string()))?;
-        let _slot = self.slots.acquire().await.map_err(|e| PumpError::other(e.to_string()))?;
+        let _bytes = self.fetch_kib.acquire_many(kib).await.map_err(|e| FetchError::other(e.to_string()))?;
+        let _slot = self.slots.acquire().await.map_err(|e| FetchError::other(e.to_string()))?;
         let res = match res {
             Some(res) => res,
             None => {
                 self.metrics.origin_requests.inc();
                 let res =
-                    self.client.get(&obj.target, &obj.fetch_headers(start, end)).await.map_err(PumpError::other)?;
+                    self.client.get(&obj.target, &obj.fetch_headers(start, end)).await.map_err(FetchError::other)?;
                 let ok = match res.status {
                     StatusCode::PARTIAL_CONTENT => content_range(&res.headers) == Some((start, end, obj.size)),
                     StatusCode::OK => (start, end + 1) == (0, obj.size),
                     StatusCode::PRECONDITION_FAILED => {
-                        return Err(PumpError::changed(format!("origin object changed (412 to bytes={start}-{end})")));
+                        return Err(FetchError::changed(format!("origin object changed (412 to bytes={start}-{end})")));
                     }
                     s => {
-                        return Err(PumpError::other(format!("origin answered {} to bytes={start}-{end}", s.as_u16())));
+                        return Err(FetchError::other(format!(
+                            "origin answered {} to bytes={start}-{end}",
+                            s.as_u16()
+                        )));
                     }
                 };
                 if !ok {
-                    return Err(PumpError::other(format!(
+                    return Err(FetchError::other(format!(
                         "origin answered a different range than bytes={start}-{end}"
                     )));
                 }
@@ -795,14 +803,14 @@ impl OriginTier {
                 if let (Some(got), Some(want)) = (etag, obj.etag.as_deref())
                     && got != want
                 {
-                    return Err(PumpError::changed(format!("origin object changed (ETag {got}, stored {want})")));
+                    return Err(FetchError::changed(format!("origin object changed (ETag {got}, stored {want})")));
                 }
                 // What else the origin says about the version must agree too.
                 for name in [header::LAST_MODIFIED, HeaderName::from_static("repr-digest")] {
                     if let (Some(got), Some(want)) = (res.headers.get(&name), obj.headers.get(&name))
                         && got != want
                     {
-                        return Err(PumpError::changed(format!(
+                        return Err(FetchError::changed(format!(
                             "origin object changed ({name} {got:?}, stored {want:?})"
                         )));
                     }
@@ -814,13 +822,13 @@ impl OriginTier {
         let wait = self.client.timeout();
         while let Some(chunk) = tokio::time::timeout(wait, body.next())
             .await
-            .map_err(|_| PumpError::other(format!("origin sent nothing for {wait:?}")))?
+            .map_err(|_| FetchError::other(format!("origin sent nothing for {wait:?}")))?
         {
-            let mut data = chunk.map_err(PumpError::other)?;
+            let mut data = chunk.map_err(FetchError::other)?;
             self.metrics.origin_bytes.inc_by(data.len() as u64);
             while !data.is_empty() {
                 let Some(fetch) = done.fetches.get(done.next) else {
-                    return Err(PumpError::other("origin sent more bytes than asked for".into()));
+                    return Err(FetchError::other("origin sent more bytes than asked for"));
                 };
                 let want = fetch.len_left();
                 let piece = if data.len() > want { data.split_to(want) } else { std::mem::take(&mut data) };
@@ -832,7 +840,7 @@ impl OriginTier {
         }
         if done.next < done.fetches.len() {
             let got = done.fetches[done.next].received();
-            return Err(PumpError::other(format!(
+            return Err(FetchError::other(format!(
                 "origin closed the body early (block {} has {got} bytes)",
                 done.first as usize + done.next
             )));
@@ -996,23 +1004,6 @@ fn full(bytes: Bytes) -> ResBody {
     Full::new(bytes).map_err(|never| match never {}).boxed()
 }
 
-/// Why a block fetch failed; `changed` when the origin now has another
-/// version of the object, whose blocks must not be mixed with the stored ones.
-struct PumpError {
-    why: String,
-    changed: bool,
-}
-
-impl PumpError {
-    fn other(why: String) -> Self {
-        PumpError { why, changed: false }
-    }
-
-    fn changed(why: String) -> Self {
-        PumpError { why, changed: true }
-    }
-}
-
 /// The blocks of one origin request; on drop (the fetch task ended, even by
 /// panic), the ones not complete fail, so no waiter waits forever.
 struct Done {
@@ -1032,17 +1023,17 @@ impl Done {
     /// the next. Stored before it leaves `inflight`, so readers find one or
     /// the other. A block that fails the check fails the fetch before any
     /// reader sees it complete.
-    fn complete_next(&mut self) -> Result<(), PumpError> {
+    fn complete_next(&mut self) -> Result<(), FetchError> {
         let b = self.first + self.next as u32;
         let fetch = &self.fetches[self.next];
         if let Some(bytes) = fetch.assembled() {
             if !self.leaves.record(b, &bytes) {
-                return Err(PumpError::changed(format!(
+                return Err(FetchError::changed(format!(
                     "block {b} came again with other bytes: the origin changed the object under the same validators"
                 )));
             }
             if let Some(Err(e)) = self.integrity.as_ref().and_then(|i| i.record(b, &bytes)) {
-                return Err(PumpError::changed(e));
+                return Err(FetchError::changed(e));
             }
             if let Some(bytes) = fetch.complete() {
                 self.tier.store.put_block(self.version, b, bytes);
@@ -1053,7 +1044,7 @@ impl Done {
         Ok(())
     }
 
-    fn fail(&mut self, why: &str) {
+    fn fail(&mut self, why: &FetchError) {
         while let Some(fetch) = self.fetches.get(self.next) {
             fetch.fail(why);
             self.forget(self.first + self.next as u32, fetch);
@@ -1071,6 +1062,6 @@ impl Done {
 
 impl Drop for Done {
     fn drop(&mut self) {
-        self.fail("origin fetch stopped");
+        self.fail(&FetchError::other("origin fetch stopped"));
     }
 }
