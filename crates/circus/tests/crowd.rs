@@ -120,6 +120,11 @@ fn favoring_storage_reads_the_file_about_once_for_clients_of_every_speed() {
     eprintln!("file read {storage:.2} times favoring storage, {speed:.2} favoring speed");
     // At full speed the 1 MiB/s clients hold a quarter of the file when the
     // fast ones are done, and most of the rest is read again.
-    assert!(storage <= 1.1, "favoring storage read the file {storage:.2} times");
+    // Favoring storage reads it about once: 0.84-1.08 on a quiet machine,
+    // up to 1.25 with the other test of this file and a busy core beside it
+    // (ticks and reads come late, and a block leaves the cache before the
+    // slowest holder takes it).
+    assert!(storage <= 1.3, "favoring storage read the file {storage:.2} times");
     assert!(speed >= 1.3, "favoring speed read the file {speed:.2} times: the crowd did not differ in speed");
+    assert!(storage * 2.0 <= speed, "favoring storage ({storage:.2}) read not half of favoring speed ({speed:.2})");
 }
