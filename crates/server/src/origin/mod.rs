@@ -7,9 +7,13 @@
 //! Otherwise the tier asks the origin for the first block with a Range GET
 //! (one request per target however many clients miss at once), learns the
 //! size and caching headers from it, and fetches further blocks with Range
-//! GETs as readers reach them, one fetch per block (`fetch`). Responses
-//! the origin marks private or no-store, and requests with credentials, are
-//! relayed to their one client and never stored.
+//! GETs as readers reach them, one fetch per block (`fetch`). Other
+//! storable statuses are stored whole when small; anything not stored
+//! (private, no-store, a cookie, credentials, an unstorable status) is that
+//! same first answer relayed to its one client. Other methods than GET and
+//! HEAD are forwarded with their bodies and invalidate what is stored.
+//! Whole-object digests the origin gives are checked (`integrity`), so a
+//! version spliced from two of the origin's never passes as whole.
 //!
 //! Parts: `source` (the origin behind one `get`: `client`, the pooled HTTP
 //! client with `tls` for https origins, or `s3`, a bucket through object_store), `object` (a stored version),
