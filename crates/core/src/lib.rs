@@ -12,11 +12,13 @@
 //! ```
 
 mod blockset;
+mod fault;
 mod ids;
 mod layout;
 mod units;
 
 pub use blockset::{BlockSet, best_spread_in_circular, first_in, first_in_circular, spread_rank};
+pub use fault::Fault;
 pub use ids::{BlockIdx, ClientId, FileId};
 pub use layout::BlockLayout;
 pub use units::{BitRate, ByteSize, UnitError};

@@ -2,7 +2,6 @@
 //! reports a block as sent once hyper asks for the next frame (the previous
 //! one has gone to the connection), and leaves when dropped early.
 
-use crate::files::FileEntry;
 use crate::{
     activity::Activity,
     arena::Arena,
@@ -13,6 +12,7 @@ use bytes::{Bytes, BytesMut};
 use circus_core::{BlockIdx, BlockLayout, BlockSet, ClientId};
 use circus_proto::{ErrorCode, encode_block_header, encode_end, encode_error};
 use circus_sched::FailReason;
+use circus_store::FileEntry;
 use http_body::{Body, Frame, SizeHint};
 use std::{
     ops::Range,

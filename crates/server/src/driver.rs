@@ -1,12 +1,12 @@
 //! The driver: one task that owns the scheduler and the block cache, feeds
 //! the scheduler events and carries out its actions. Connections talk to it
-//! through a [`DriverHandle`]; storage reads run on blocking threads, at most
-//! `io_threads` at once, and report back as events.
+//! through a [`DriverHandle`]; blocks are read through each version's
+//! [`circus_store::BlockSource`] (a local file's reads run on blocking
+//! threads), at most `io_threads` at once, and report back as events.
 
 use crate::{
     activity::Activity,
     arena::Arena,
-    files::{Backing, FileEntry},
     mailbox::{self, End, Mailbox},
     metrics::Metrics,
     pacer::ReadPacer,
@@ -14,7 +14,7 @@ use crate::{
 use bytes::Bytes;
 use circus_core::{BlockIdx, BlockSet, ClientId, FileId};
 use circus_sched::{Action, Counters, Event, Favor, HOLD_STALL_NANOS, ReadFault, SchedConfig, Scheduler, Status};
-use circus_store::StoreError;
+use circus_store::{FileEntry, ReadError};
 use prometheus_client::metrics::gauge::Gauge;
 use rustc_hash::FxHashMap;
 use std::{
@@ -35,34 +35,6 @@ pub const PARK_AFTER: Duration = Duration::from_secs(1);
 /// How often the driver looks for downloads to park (and, favoring
 /// storage, lets the scheduler see time pass).
 const TICK: Duration = Duration::from_millis(250);
-
-/// Why a block could not be read for a version.
-#[derive(Debug, thiserror::Error)]
-enum ReadError {
-    /// The bytes no longer belong to the version (its clients start over).
-    #[error("{0}")]
-    Changed(String),
-    #[error("{0}")]
-    Storage(String),
-}
-
-impl ReadError {
-    fn fault(&self) -> ReadFault {
-        match self {
-            ReadError::Changed(_) => ReadFault::Changed,
-            ReadError::Storage(_) => ReadFault::Storage,
-        }
-    }
-}
-
-impl From<StoreError> for ReadError {
-    fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::Changed { .. } => ReadError::Changed(e.to_string()),
-            e => ReadError::Storage(e.to_string()),
-        }
-    }
-}
 
 #[derive(Debug)]
 enum Cmd {
@@ -295,7 +267,7 @@ impl Driver {
                 Event::Loaded { file: file.id, block }
             }
             Cmd::Loaded { file, block, result: Err(e) } => {
-                let fault = e.fault();
+                let fault = if e.is_changed() { ReadFault::Changed } else { ReadFault::Storage };
                 if fault == ReadFault::Changed {
                     tracing::info!(file = %file.rel, block, error = %e, "file changed under its downloads");
                 } else {
@@ -425,29 +397,15 @@ impl Driver {
                 let len = u64::from(entry.layout.block_len(block));
                 tokio::time::sleep(pacer.book(std::time::Instant::now(), len)).await;
             }
-            let result = match &entry.backing {
-                Backing::Disk { .. } => {
-                    let reading = entry.clone();
-                    tokio::task::spawn_blocking(move || {
-                        let bytes = read_verified(&reading, block)?;
-                        Ok(slot.and_then(|s| s.fill(&bytes)).unwrap_or(bytes))
-                    })
-                    .await
-                    .unwrap_or_else(|e| Err(ReadError::Storage(format!("read task: {e}"))))
-                }
-                // Copied out of the tier's buffer (which may be a larger
-                // origin block), so the budget counts what is held.
-                Backing::Origin(blocks) => {
-                    let (offset, len) = (entry.layout.offset(block), entry.layout.block_len(block));
-                    let read = blocks.read(offset, len).await.map_err(|e| match e.changed {
-                        true => ReadError::Changed(e.to_string()),
-                        false => ReadError::Storage(e.to_string()),
-                    });
-                    read.and_then(|bytes| checked(&entry, block, bytes)).map(|bytes| {
-                        slot.and_then(|s| s.fill(&bytes)).unwrap_or_else(|| Bytes::copy_from_slice(&bytes))
-                    })
-                }
-            };
+            let (offset, len) = (entry.layout.offset(block), entry.layout.block_len(block));
+            let result = entry.source.read_block(offset, len).await.and_then(|bytes| checked(&entry, block, bytes));
+            // Into the arena, or copied out of a buffer the source shares
+            // (a larger origin block, say), so the budget counts what is held.
+            let result = result.map(|bytes| match slot.and_then(|s| s.fill(&bytes)) {
+                Some(kept) => kept,
+                None if entry.source.shares_buffers() => Bytes::copy_from_slice(&bytes),
+                None => bytes,
+            });
             let _ = tx.send(Cmd::Loaded { file: entry, block, result });
         });
     }
@@ -473,15 +431,6 @@ impl Driver {
     }
 }
 
-/// Reads a block of the entry's version (the reader checks the file is
-/// still that version after the read, so a rewrite in place fails the read
-/// even before the index exists) and, when the hash index is known, checks
-/// it against its leaf.
-fn read_verified(entry: &FileEntry, block: BlockIdx) -> Result<Bytes, ReadError> {
-    let bytes = entry.reader()?.read_block(entry.layout.offset(block), entry.layout.block_len(block))?;
-    checked(entry, block, bytes)
-}
-
 /// `bytes` if they are block `block` of the version the index describes
 /// (or no index is known yet). A mismatch means the file changed in a way
 /// its version did not show (or the index is bad): the entry is marked so
@@ -489,9 +438,13 @@ fn read_verified(entry: &FileEntry, block: BlockIdx) -> Result<Bytes, ReadError>
 fn checked(entry: &FileEntry, block: BlockIdx, bytes: Bytes) -> Result<Bytes, ReadError> {
     match entry.index_now() {
         Some(index) if !index.verify(block, &bytes) => {
-            entry.mark_stale();
-            Err(ReadError::Changed(format!("{} block {block} does not match its hash", entry.rel)))
+            entry.source.distrust();
+            Err(ReadError::changed(format!("{} block {block} does not match its hash", entry.rel)))
         }
         _ => Ok(bytes),
     }
 }
+
+#[cfg(test)]
+#[path = "driver_tests.rs"]
+mod tests;

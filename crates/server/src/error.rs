@@ -1,5 +1,7 @@
 //! Errors that end a request, and the one place that maps them to statuses.
 
+use circus_core::Fault;
+use circus_store::ReadError;
 use http::StatusCode;
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -28,13 +30,41 @@ pub enum HttpError {
     Internal(String),
 }
 
+impl From<ReadError> for HttpError {
+    fn from(e: ReadError) -> Self {
+        match e.fault() {
+            Fault::Changed => HttpError::Changed,
+            Fault::Origin => HttpError::Origin(e.to_string()),
+            Fault::Storage => HttpError::Storage(e.to_string()),
+            Fault::Client | Fault::Busy | Fault::Internal => HttpError::Internal(e.to_string()),
+        }
+    }
+}
+
 impl HttpError {
+    /// Who is at fault.
+    pub fn fault(&self) -> Fault {
+        match self {
+            HttpError::BadRequest(_)
+            | HttpError::Forbidden(_)
+            | HttpError::NotFound
+            | HttpError::MethodNotAllowed
+            | HttpError::BadNeed(_)
+            | HttpError::NotStored => Fault::Client,
+            HttpError::Storage(_) => Fault::Storage,
+            HttpError::Changed => Fault::Changed,
+            HttpError::Busy => Fault::Busy,
+            HttpError::Origin(_) => Fault::Origin,
+            HttpError::Internal(_) => Fault::Internal,
+        }
+    }
+
     /// Seconds after which a retry may succeed, for `Retry-After`.
     pub fn retry_after(&self) -> Option<u32> {
-        match self {
-            HttpError::Changed | HttpError::Busy => Some(1),
-            HttpError::Origin(_) => Some(5),
-            _ => None,
+        match self.fault() {
+            Fault::Changed | Fault::Busy => Some(1),
+            Fault::Origin => Some(5),
+            Fault::Storage | Fault::Client | Fault::Internal => None,
         }
     }
 

@@ -1,204 +1,21 @@
 //! From a request path to a file version: safe resolution under the root,
-//! one `FileId` per (path, [`FileVersion`]), and the lazily built hash index.
-//! A [`FileEntry`] is what the scheduler's driver reads blocks of: a local
-//! file, or an origin object version whose tree the tier has learnt.
+//! one `FileId` per (path, [`FileVersion`]), each a [`FileEntry`] read
+//! through a [`LocalFile`] (which builds its hash index lazily).
 
-use crate::{
-    error::HttpError,
-    origin::{Object, OriginBlocks},
+use crate::error::HttpError;
+use circus_core::FileId;
+use circus_store::{
+    Description, FileEntry, FileIndex, FileVersion, INDEX_DIR, LocalFile, LocalPlace, default_index_dir,
 };
-use bytes::{Bytes, BytesMut};
-use circus_core::{BlockLayout, FileId};
-use circus_proto::{Manifest, encode_preamble};
-use circus_store::{BlockReader, FileIndex, FileVersion, INDEX_DIR, StoreError, default_index_dir};
 use std::{
     collections::HashMap,
     path::{Path, PathBuf},
     sync::{
-        Arc, Mutex, OnceLock,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
     },
-    time::{Duration, Instant, SystemTime},
+    time::{Duration, SystemTime},
 };
-use tokio::sync::OnceCell;
-
-/// How often a long index build logs its progress.
-const BUILD_LOG_EVERY: Duration = Duration::from_secs(10);
-
-/// One version of one file.
-#[derive(Debug)]
-pub struct FileEntry {
-    pub id: FileId,
-    /// Path relative to the root, with `/` separators.
-    pub rel: String,
-    pub backing: Backing,
-    pub size: u64,
-    pub modified: SystemTime,
-    pub etag: String,
-    pub content_type: String,
-    pub layout: BlockLayout,
-    index: OnceCell<Arc<FileIndex>>,
-    /// While the index is being built: bytes hashed so far.
-    build: Mutex<Option<Arc<AtomicU64>>>,
-    /// The encoded preamble and manifest, shared by every native response
-    /// of this version (32 bytes per block: 128 KiB for a 256 MiB file, which
-    /// a slow client would otherwise pin once per connection).
-    preface: OnceLock<Bytes>,
-}
-
-/// Where a version's blocks are read from.
-#[derive(Debug)]
-pub enum Backing {
-    /// A file under the served root; every read is checked to still be
-    /// `version`.
-    Disk {
-        path: PathBuf,
-        version: FileVersion,
-        reader: OnceLock<Arc<BlockReader>>,
-        /// A block failed its hash while the version looked unchanged: the
-        /// next lookup makes a new entry and rebuilds the index.
-        stale: AtomicBool,
-    },
-    /// An origin object version, through the tier's store and fetches.
-    Origin(OriginBlocks),
-}
-
-impl FileEntry {
-    /// An origin object version whose tree is complete, as the scheduler
-    /// sees it.
-    pub fn from_origin(id: FileId, obj: &Object, blocks: OriginBlocks, index: Arc<FileIndex>) -> Self {
-        let content_type = obj.headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
-        FileEntry {
-            id,
-            rel: obj.target.clone(),
-            backing: Backing::Origin(blocks),
-            size: obj.size,
-            modified: obj.last_modified.unwrap_or(SystemTime::UNIX_EPOCH),
-            // Resumes name the version by ETag (If-Range): an origin that
-            // gave none gets one that names this fetched version.
-            etag: obj.etag.clone().unwrap_or_else(|| format!("\"circus-origin-{:x}\"", obj.version)),
-            content_type: content_type.unwrap_or("application/octet-stream").to_owned(),
-            layout: BlockLayout::new(obj.size, index.block_size),
-            index: OnceCell::new_with(Some(index)),
-            build: Mutex::new(None),
-            preface: OnceLock::new(),
-        }
-    }
-
-    /// The block reader of a local file, opened on first use. Blocking.
-    pub fn reader(&self) -> Result<Arc<BlockReader>, StoreError> {
-        let Backing::Disk { path, reader, version, .. } = &self.backing else {
-            let not_local = std::io::Error::other("an origin object, not a local file");
-            return Err(StoreError::Read { path: self.rel.clone().into(), source: not_local });
-        };
-        if let Some(r) = reader.get() {
-            return Ok(r.clone());
-        }
-        let r = Arc::new(BlockReader::open(path, *version)?);
-        Ok(reader.get_or_init(|| r).clone())
-    }
-
-    /// Marks a local file version as not to be trusted again: a block
-    /// failed its hash though the file's version looked the same.
-    pub fn mark_stale(&self) {
-        if let Backing::Disk { stale, .. } = &self.backing {
-            stale.store(true, Ordering::Relaxed);
-        }
-    }
-
-    fn is_stale(&self) -> bool {
-        matches!(&self.backing, Backing::Disk { stale, .. } if stale.load(Ordering::Relaxed))
-    }
-
-    /// The native stream's preamble and manifest, encoded once.
-    pub fn preface(&self, index: &FileIndex) -> Result<Bytes, HttpError> {
-        if let Some(p) = self.preface.get() {
-            return Ok(p.clone());
-        }
-        let manifest = Manifest::new(self.layout, index.leaves.clone(), index.sha256, self.etag.clone());
-        let mut buf = BytesMut::new();
-        encode_preamble(&mut buf);
-        manifest.encode(&mut buf).map_err(|e| HttpError::Internal(e.to_string()))?;
-        Ok(self.preface.get_or_init(|| buf.freeze()).clone())
-    }
-
-    /// The hash index if it has been built already (never waits).
-    pub fn index_now(&self) -> Option<Arc<FileIndex>> {
-        self.index.get().cloned()
-    }
-
-    /// Bytes hashed so far, while the index is being built.
-    pub fn build_progress(&self) -> Option<u64> {
-        self.build.lock().expect("build lock").as_ref().map(|done| done.load(Ordering::Relaxed))
-    }
-
-    /// The hash index, loaded from `index_dir` or built on first use on a
-    /// blocking thread (logging its progress); concurrent callers wait for
-    /// the one build. A file that is no longer this version is
-    /// [`HttpError::Changed`].
-    pub async fn index(&self, root: &Path, index_dir: &Path) -> Result<Arc<FileIndex>, HttpError> {
-        self.index
-            .get_or_try_init(|| async {
-                let Backing::Disk { version, .. } = &self.backing else {
-                    return Err(HttpError::Internal(format!("{}: an origin object comes with its index", self.rel)));
-                };
-                let done = Arc::new(AtomicU64::new(0));
-                *self.build.lock().expect("build lock") = Some(done.clone());
-                let (root, dir, rel, block, version) =
-                    (root.to_owned(), index_dir.to_owned(), self.rel.clone(), self.layout.block_size(), *version);
-                let built = tokio::task::spawn_blocking(move || {
-                    if let Some(index) = FileIndex::load_stored(&dir, &rel, version, block) {
-                        return Ok(index);
-                    }
-                    let started = Instant::now();
-                    let mut logged = started;
-                    tracing::info!(file = %rel, bytes = version.size, "building the hash index");
-                    let index = FileIndex::load_or_build(&dir, &root, &rel, version, block, &mut |hashed| {
-                        done.store(hashed, Ordering::Relaxed);
-                        if logged.elapsed() >= BUILD_LOG_EVERY {
-                            logged = Instant::now();
-                            let pct = hashed as f64 * 100.0 / version.size.max(1) as f64;
-                            tracing::info!(file = %rel, hashed, "hash index {pct:.0}% built");
-                        }
-                    })?;
-                    let secs = started.elapsed().as_secs_f64();
-                    let rate = version.size as f64 / secs.max(1e-9) / 1e6;
-                    tracing::info!(file = %rel, "hash index built in {secs:.1} s ({rate:.0} MB/s)");
-                    Ok(index)
-                })
-                .await
-                .map_err(|e| HttpError::Internal(format!("index task: {e}")))?;
-                *self.build.lock().expect("build lock") = None;
-                match built {
-                    Ok(index) => Ok(Arc::new(index)),
-                    Err(StoreError::Changed { .. }) => Err(HttpError::Changed),
-                    Err(e) => Err(HttpError::Storage(e.to_string())),
-                }
-            })
-            .await
-            .cloned()
-    }
-
-    /// The hash index if it is ready within `wait`. The build goes on in
-    /// the background either way (one per version), so a request that
-    /// cannot wait for a large file still starts it.
-    pub async fn index_within(
-        self: &Arc<Self>,
-        files: &FileTable,
-        wait: Duration,
-    ) -> Result<Option<Arc<FileIndex>>, HttpError> {
-        if let Some(index) = self.index_now() {
-            return Ok(Some(index));
-        }
-        let (entry, root, dir) = (self.clone(), files.root.clone(), files.index_dir.clone());
-        // A task of its own: a waiter that gives up must not cancel the build.
-        let build = tokio::spawn(async move { entry.index(&root, &dir).await });
-        match tokio::time::timeout(wait, build).await {
-            Ok(joined) => joined.map_err(|e| HttpError::Internal(format!("index task: {e}")))?.map(Some),
-            Err(_) => Ok(None),
-        }
-    }
-}
 
 #[derive(Debug)]
 pub struct FileTable {
@@ -212,8 +29,12 @@ pub struct FileTable {
     /// How long a native request waits for an index build.
     index_wait: Duration,
     next_id: AtomicU64,
-    versions: Mutex<HashMap<String, Arc<FileEntry>>>,
+    versions: Mutex<HashMap<String, Known>>,
 }
+
+/// A version the table knows, and its local source (for the version and
+/// whether it is still trusted).
+type Known = (Arc<FileEntry>, Arc<LocalFile>);
 
 /// An index build in progress, for `/status`.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -277,6 +98,7 @@ impl FileTable {
         let versions = self.versions.lock().expect("file table lock");
         let mut builds: Vec<IndexBuild> = versions
             .values()
+            .map(|(e, _)| e)
             .filter_map(|e| e.build_progress().map(|hashed| IndexBuild { path: e.rel.clone(), size: e.size, hashed }))
             .collect();
         builds.sort_by(|a, b| a.path.cmp(&b.path));
@@ -301,32 +123,27 @@ impl FileTable {
         let version = settled_version(&real)?;
         let mut versions = self.versions.lock().expect("file table lock");
         match versions.get(&rel) {
-            Some(e) if e.is_stale() => FileIndex::discard(&self.index_dir, &rel),
-            Some(e) if matches!(&e.backing, Backing::Disk { version: v, .. } if *v == version) => {
-                return Ok(e.clone());
-            }
+            Some((_, local)) if local.is_distrusted() => FileIndex::discard(&self.index_dir, &rel),
+            Some((e, local)) if local.version() == version => return Ok(e.clone()),
             _ => {}
         }
-        let entry = Arc::new(FileEntry {
-            id: FileId(self.next_id.fetch_add(1, Ordering::Relaxed)),
-            etag: etag(&version),
-            content_type: mime_guess::from_path(&rel).first_or_octet_stream().essence_str().to_owned(),
-            layout: BlockLayout::new(version.size, self.block_size),
-            rel: rel.clone(),
-            backing: Backing::Disk { path: real, version, reader: OnceLock::new(), stale: AtomicBool::new(false) },
+        let place = LocalPlace { root: &self.root, rel: &rel, path: &real, index_dir: &self.index_dir };
+        let local = Arc::new(LocalFile::new(place, version, self.block_size));
+        let described = Description {
             size: version.size,
             modified: version.modified(),
-            index: OnceCell::new(),
-            build: Mutex::new(None),
-            preface: OnceLock::new(),
-        });
+            etag: etag(&version),
+            content_type: mime_guess::from_path(&rel).first_or_octet_stream().essence_str().to_owned(),
+        };
+        let id = FileId(self.next_id.fetch_add(1, Ordering::Relaxed));
+        let entry = Arc::new(FileEntry::new(id, rel.clone(), local.clone(), described, self.block_size));
         if versions.len() >= IDLE_ENTRIES {
             // Entries only the table holds serve no download and cache no
             // block: dropping them closes their files. A later request
             // makes a fresh entry and reloads the index from disk.
-            versions.retain(|_, e| Arc::strong_count(e) > 1);
+            versions.retain(|_, (e, _)| Arc::strong_count(e) > 1);
         }
-        versions.insert(rel, entry.clone());
+        versions.insert(rel, (entry.clone(), local));
         Ok(entry)
     }
 
@@ -440,17 +257,17 @@ mod tests {
         assert!(matches!(relative_path("/.circus/index/x.idx", true), Err(HttpError::NotFound)));
     }
 
-    #[test]
-    fn idle_entries_are_dropped_and_their_files_closed_while_used_ones_stay() {
+    #[tokio::test]
+    async fn idle_entries_are_dropped_and_their_files_closed_while_used_ones_stay() {
         let dir = tempfile::tempdir().unwrap();
         let t = FileTable::new(dir.path(), 4096).unwrap();
         for i in 0..IDLE_ENTRIES + 10 {
             std::fs::write(dir.path().join(format!("f{i}")), b"x").unwrap();
         }
         let held = t.lookup("/f0").unwrap();
-        held.reader().unwrap();
+        held.source.read_block(0, 1).await.unwrap();
         for i in 1..IDLE_ENTRIES + 10 {
-            t.lookup(&format!("/f{i}")).unwrap().reader().unwrap();
+            t.lookup(&format!("/f{i}")).unwrap().source.read_block(0, 1).await.unwrap();
         }
         assert!(t.len() <= IDLE_ENTRIES, "{} entries", t.len());
         // The entry in use kept its identity (and its open reader).

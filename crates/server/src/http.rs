@@ -6,14 +6,13 @@ use crate::{
     body::{NativeBody, Part, PlainBody},
     driver::DriverHandle,
     error::HttpError,
-    files::FileEntry,
     rfc9110::{self, Conditionals, Precondition, Ranges, Validators},
 };
 use base64::Engine;
 use bytes::Bytes;
 use circus_core::BlockSet;
 use circus_proto::{CONTENT_TYPE as NATIVE_TYPE, NEED_HEADER};
-use circus_store::FileIndex;
+use circus_store::{FileEntry, FileIndex};
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Version, header};
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use std::sync::Arc;
@@ -114,8 +113,7 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>) -> Result<Response<Re
             let res = plain(state, &file, h, head);
             if !head && res.status() == StatusCode::OK && state.small.wants(&file) {
                 let read = state.metrics.storage_read_bytes.clone();
-                let paths = (state.files.root().to_owned(), state.files.index_dir().to_owned());
-                state.small.admit(paths, read, file.clone(), req.uri().path());
+                state.small.admit(read, file.clone(), req.uri().path());
             }
             res
         }
@@ -156,7 +154,7 @@ async fn native(
     h: &HeaderMap,
     head: bool,
 ) -> Result<Response<ResBody>, HttpError> {
-    match file.index_within(&state.files, state.files.index_wait()).await? {
+    match file.index_within(state.files.index_wait()).await? {
         Some(index) => native_response(&state.driver, file, &index, h, head),
         None => {
             // A large file's first native request: its blocks cannot be

@@ -14,18 +14,18 @@
 
 use crate::{
     AppState,
-    files::{FileEntry, FileTable},
+    files::FileTable,
     hitlane::{self, HitSource},
 };
 use base64::Engine;
 use bytes::Bytes;
 use circus_core::FileId;
+use circus_store::{FileEntry, ReadError};
 use prometheus_client::metrics::counter::Counter;
 use quick_cache::{Weighter, sync::Cache};
 use rustc_hash::FxHashSet;
 use std::{
     io::Write,
-    path::PathBuf,
     sync::{
         Arc, Mutex,
         atomic::{AtomicU64, Ordering},
@@ -90,20 +90,13 @@ impl SmallFiles {
     /// Reads `file` (served from `root`) once and keeps its whole response
     /// under `url_path`, in the background, counting the read in
     /// `read_bytes`; a second call for a version being admitted is a no-op.
-    /// `paths`: the served root and the index directory.
-    pub fn admit(
-        self: &Arc<Self>,
-        paths: (PathBuf, PathBuf),
-        read_bytes: Counter,
-        file: Arc<FileEntry>,
-        url_path: &str,
-    ) {
+    pub fn admit(self: &Arc<Self>, read_bytes: Counter, file: Arc<FileEntry>, url_path: &str) {
         if !self.admitting.lock().expect("admitting lock").insert(file.id) {
             return;
         }
         let (this, url_path) = (self.clone(), url_path.to_owned());
         tokio::spawn(async move {
-            let built = Self::build(&paths, &read_bytes, &file).await;
+            let built = Self::build(&read_bytes, &file).await;
             match built {
                 Ok(small) => this.cache.insert(url_path, Arc::new(small)),
                 Err(e) => tracing::debug!(path = %file.rel, error = %e, "small file not kept"),
@@ -112,14 +105,12 @@ impl SmallFiles {
         });
     }
 
-    async fn build(paths: &(PathBuf, PathBuf), read_bytes: &Counter, file: &Arc<FileEntry>) -> Result<Small, String> {
-        let index = file.index(&paths.0, &paths.1).await.map_err(|e| e.to_string())?;
-        let f = file.clone();
-        let read = tokio::task::spawn_blocking(move || f.reader()?.read_block(0, f.size as u32));
-        let bytes = read.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
+    async fn build(read_bytes: &Counter, file: &Arc<FileEntry>) -> Result<Small, ReadError> {
+        let index = file.index().await?;
+        let bytes = file.source.read_block(0, file.size as u32).await?;
         read_bytes.inc_by(bytes.len() as u64);
         if !index.verify(0, &bytes) {
-            return Err("the file changed while it was read".into());
+            return Err(ReadError::changed(format!("{} changed while it was read", file.rel)));
         }
         let digest = base64::engine::general_purpose::STANDARD.encode(index.sha256);
         Ok(Small {
@@ -222,7 +213,7 @@ mod tests {
         let file = files.lookup("/s.txt").unwrap();
         assert!(small.wants(&file));
         let read = Counter::default();
-        small.admit((files.root().to_owned(), files.index_dir().to_owned()), read.clone(), file, "/s.txt");
+        small.admit(read.clone(), file, "/s.txt");
         let kept = |s: &SmallFiles| s.cache.get("/s.txt").is_some();
         for _ in 0..200 {
             if kept(&small) {

@@ -8,6 +8,10 @@
 //! - [`FileIndex`] holds a file version's BLAKE3 hash tree and SHA-256, built
 //!   in one pass and stored under `ROOT/.circus/index/`, rebuilt when the
 //!   file's version changes.
+//! - [`BlockSource`] is the seam the server's scheduler reads blocks
+//!   through: [`LocalFile`] here, the origin tier's objects in
+//!   `circus-origin`, and the doubles in [`testing`]. A [`FileEntry`] is a
+//!   version as the scheduler serves it, whatever its source.
 //! - [`FileVersion`] is what identifies a version (device, inode, size,
 //!   mtime, ctime); every block read is checked to still belong to it.
 //!
@@ -24,11 +28,20 @@
 //! ```
 
 mod direct;
+mod entry;
 mod error;
 mod index;
+mod local;
+mod read_error;
+mod source;
+pub mod testing;
 mod version;
 
 pub use direct::BlockReader;
+pub use entry::{Description, FileEntry};
 pub use error::StoreError;
 pub use index::{FileIndex, INDEX_DIR, default_index_dir};
+pub use local::{LocalFile, LocalPlace};
+pub use read_error::ReadError;
+pub use source::{BlockSource, ReadFuture};
 pub use version::{FileVersion, SETTLE, Stamp};

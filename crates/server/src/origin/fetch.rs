@@ -6,34 +6,15 @@
 //! block never looks complete.
 
 use bytes::{Bytes, BytesMut};
+use circus_store::ReadError;
 use std::sync::Mutex;
 use tokio::sync::watch;
-
-/// Why a block could not be had from the origin, as every waiter sees it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{why}")]
-pub struct FetchError {
-    pub why: String,
-    /// The origin now has another version of the object: the bytes of this
-    /// one are gone for good, and a client starts over on the new one.
-    pub changed: bool,
-}
-
-impl FetchError {
-    pub fn other(why: impl Into<String>) -> Self {
-        FetchError { why: why.into(), changed: false }
-    }
-
-    pub fn changed(why: impl Into<String>) -> Self {
-        FetchError { why: why.into(), changed: true }
-    }
-}
 
 #[derive(Debug, Default)]
 struct FetchState {
     chunks: Vec<Bytes>,
     received: usize,
-    end: Option<Result<(), FetchError>>,
+    end: Option<Result<(), ReadError>>,
 }
 
 /// One block on its way from the origin.
@@ -105,7 +86,7 @@ impl BlockFetch {
     }
 
     /// Fails the block for every waiter, unless it already ended.
-    pub fn fail(&self, why: &FetchError) {
+    pub fn fail(&self, why: &ReadError) {
         let mut st = self.state.lock().expect("fetch lock");
         if st.end.is_none() {
             st.end = Some(Err(why.clone()));
@@ -116,7 +97,7 @@ impl BlockFetch {
 
     /// Bytes `at..at + len` of the block, copied out of its chunks once
     /// they have arrived (the rest of the block may still be on its way).
-    pub async fn range(&self, at: usize, len: usize) -> Result<Bytes, FetchError> {
+    pub async fn range(&self, at: usize, len: usize) -> Result<Bytes, ReadError> {
         let mut rx = self.subscribe();
         loop {
             rx.borrow_and_update();
@@ -138,7 +119,7 @@ impl BlockFetch {
                     return Ok(out.freeze());
                 }
                 if st.end.is_some() {
-                    return Err(FetchError::other(format!(
+                    return Err(ReadError::origin(format!(
                         "block ended at {} bytes, before byte {}",
                         st.received,
                         at + len
@@ -151,7 +132,7 @@ impl BlockFetch {
 
     /// Chunk `idx`, waiting for it; `Ok(None)` once the block is complete
     /// and all its chunks were taken.
-    pub async fn chunk(&self, idx: usize, rx: &mut watch::Receiver<()>) -> Result<Option<Bytes>, FetchError> {
+    pub async fn chunk(&self, idx: usize, rx: &mut watch::Receiver<()>) -> Result<Option<Bytes>, ReadError> {
         loop {
             // Mark seen before looking, so a push after the look wakes us.
             rx.borrow_and_update();
@@ -204,7 +185,7 @@ mod tests {
 
         let g = BlockFetch::new(4);
         g.push(Bytes::from_static(b"ab"));
-        g.fail(&FetchError::other("origin closed the connection"));
+        g.fail(&ReadError::origin("origin closed the connection"));
         let mut rx = g.subscribe();
         assert!(g.chunk(0, &mut rx).await.is_err(), "no chunk of a failed block is handed out");
         assert!(g.complete().is_none());

@@ -25,7 +25,7 @@
 //! Native clients (`Accept: application/vnd.circus.blocks`) of a version
 //! whose tree is complete are served like local files: a [`FileEntry`]
 //! backed by the tier joins the scheduler, which reads blocks through
-//! [`OriginBlocks::read`] (store or single-flight fetch) and sends them in its
+//! [`OriginBlocks`] (store or single-flight fetch) and sends them in its
 //! own order, shared across clients. Until the tree is complete they get the
 //! plain response, which the protocol lets every client fall back on.
 
@@ -47,16 +47,15 @@ pub use source::{OriginSource, S3Config};
 use crate::{
     driver::DriverHandle,
     error::HttpError,
-    files::FileEntry,
     http::ResBody,
     rfc9110::{self, Conditionals, Precondition, Ranges, Validators},
     rfc9111::{self, CacheControl},
 };
 use bytes::Bytes;
 use circus_core::FileId;
+use circus_store::{BlockSource, Description, FileEntry, FileIndex, ReadError, ReadFuture};
 use client::content_range;
 use fetch::BlockFetch;
-pub(crate) use fetch::FetchError;
 use futures_util::StreamExt;
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Empty, Full};
@@ -228,11 +227,24 @@ pub struct OriginBlocks {
     obj: Arc<Object>,
 }
 
-impl OriginBlocks {
+impl BlockSource for OriginBlocks {
     /// `len` bytes at `offset` (one native block, within one origin block).
-    /// They may share the origin block's buffer: the caller copies them.
-    pub async fn read(&self, offset: u64, len: u32) -> Result<Bytes, FetchError> {
-        self.tier.read(&self.obj, offset, len).await
+    fn read_block(&self, offset: u64, len: u32) -> ReadFuture<'_, Bytes> {
+        Box::pin(self.tier.read(&self.obj, offset, len))
+    }
+
+    /// Reads may share the origin block's buffer.
+    fn shares_buffers(&self) -> bool {
+        true
+    }
+
+    fn index(&self) -> ReadFuture<'_, Arc<FileIndex>> {
+        let index = self.index_now().ok_or_else(|| ReadError::internal("an origin version's tree is not known"));
+        Box::pin(async move { index })
+    }
+
+    fn index_now(&self) -> Option<Arc<FileIndex>> {
+        self.obj.leaves.index()
     }
 }
 
@@ -524,11 +536,11 @@ impl OriginTier {
     }
 
     /// `len` bytes at `offset` of `obj`, within one of its blocks.
-    async fn read(self: &Arc<Self>, obj: &Arc<Object>, offset: u64, len: u32) -> Result<Bytes, FetchError> {
+    async fn read(self: &Arc<Self>, obj: &Arc<Object>, offset: u64, len: u32) -> Result<Bytes, ReadError> {
         let b = obj
             .layout
             .block_of(offset)
-            .ok_or_else(|| FetchError::other(format!("{}: read past the end", obj.target)))?;
+            .ok_or_else(|| ReadError::origin(format!("{}: read past the end", obj.target)))?;
         let at = (offset - obj.layout.offset(b)) as usize;
         // The scheduler's reads are the demand: no read-ahead of our own,
         // whose blocks its out-of-order reads might never come for.
@@ -536,7 +548,7 @@ impl OriginTier {
             BlockRef::Ready(bytes) => bytes
                 .get(at..at + len as usize)
                 .map(|part| bytes.slice_ref(part))
-                .ok_or_else(|| FetchError::other(format!("{}: a native block crosses origin blocks", obj.target))),
+                .ok_or_else(|| ReadError::origin(format!("{}: a native block crosses origin blocks", obj.target))),
             BlockRef::Pending(fetch) => fetch.range(at, len as usize).await,
         }
     }
@@ -545,11 +557,11 @@ impl OriginTier {
     /// one), reading the blocks the check still needs (resident, in flight
     /// or fetched); a mismatch forgets the version. `Ok` without a digest.
     /// A mismatch is a change: the version's bytes were not one version's.
-    pub(crate) async fn verified(self: &Arc<Self>, obj: &Arc<Object>) -> Result<(), FetchError> {
+    pub(crate) async fn verified(self: &Arc<Self>, obj: &Arc<Object>) -> Result<(), ReadError> {
         let Some(check) = &obj.integrity else { return Ok(()) };
         loop {
             if let Some(outcome) = check.outcome() {
-                return outcome.map_err(FetchError::changed);
+                return outcome.map_err(ReadError::changed);
             }
             let Some(b) = check.next_needed() else {
                 // The last block is being hashed: its outcome is a moment away.
@@ -561,7 +573,7 @@ impl OriginTier {
                 self.metrics.origin_errors.inc();
                 tracing::warn!(target = %obj.target, error = %e, "origin object failed its digest");
                 self.store.forget_version(&obj.target, obj.version);
-                return Err(FetchError::changed(e));
+                return Err(ReadError::changed(e));
             }
         }
     }
@@ -580,7 +592,16 @@ impl OriginTier {
         let blocks = OriginBlocks { tier: self.clone(), obj: obj.clone() };
         // Local files number theirs from 1; the top bit keeps the two apart.
         let id = FileId(obj.version | 1 << 63);
-        let entry = Arc::new(FileEntry::from_origin(id, obj, blocks, index));
+        let content_type = obj.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+        let described = Description {
+            size: obj.size,
+            modified: obj.last_modified.unwrap_or(SystemTime::UNIX_EPOCH),
+            // Resumes name the version by ETag (If-Range): an origin that
+            // gave none gets one that names this fetched version.
+            etag: obj.etag.clone().unwrap_or_else(|| format!("\"circus-origin-{:x}\"", obj.version)),
+            content_type: content_type.unwrap_or("application/octet-stream").to_owned(),
+        };
+        let entry = Arc::new(FileEntry::new(id, obj.target.clone(), Arc::new(blocks), described, index.block_size));
         natives.insert(obj.version, Arc::downgrade(&entry));
         Some(entry)
     }
@@ -758,7 +779,7 @@ impl OriginTier {
             if let Err(e) = tier.pump(&obj, &mut done, res).await {
                 tier.metrics.origin_errors.inc();
                 tracing::warn!(target = %obj.target, block = first + done.next as u32, error = %e, "origin fetch failed");
-                if e.changed {
+                if e.is_changed() {
                     // The next request revalidates and fetches the new version.
                     tier.store.forget_version(&obj.target, obj.version);
                 }
@@ -768,36 +789,36 @@ impl OriginTier {
     }
 
     /// Receives the blocks of `done` from the origin into their fetches.
-    async fn pump(&self, obj: &Object, done: &mut Done, res: Option<OriginResponse>) -> Result<(), FetchError> {
+    async fn pump(&self, obj: &Object, done: &mut Done, res: Option<OriginResponse>) -> Result<(), ReadError> {
         let layout = obj.layout;
         let last = done.first + done.fetches.len() as u32 - 1;
         let (start, end) = (layout.offset(done.first), layout.offset(last) + u64::from(layout.block_len(last)) - 1);
         // An origin that ignores Range sends a whole object in one fetch:
         // it takes the whole share rather than wait for more than exists.
         let kib = u32::try_from((end - start + 1).div_ceil(1024)).unwrap_or(u32::MAX).min(self.fetch_kib_total);
-        let _bytes = self.fetch_kib.acquire_many(kib).await.map_err(|e| FetchError::other(e.to_string()))?;
-        let _slot = self.slots.acquire().await.map_err(|e| FetchError::other(e.to_string()))?;
+        let _bytes = self.fetch_kib.acquire_many(kib).await.map_err(|e| ReadError::origin(e.to_string()))?;
+        let _slot = self.slots.acquire().await.map_err(|e| ReadError::origin(e.to_string()))?;
         let res = match res {
             Some(res) => res,
             None => {
                 self.metrics.origin_requests.inc();
                 let res =
-                    self.client.get(&obj.target, &obj.fetch_headers(start, end)).await.map_err(FetchError::other)?;
+                    self.client.get(&obj.target, &obj.fetch_headers(start, end)).await.map_err(ReadError::origin)?;
                 let ok = match res.status {
                     StatusCode::PARTIAL_CONTENT => content_range(&res.headers) == Some((start, end, obj.size)),
                     StatusCode::OK => (start, end + 1) == (0, obj.size),
                     StatusCode::PRECONDITION_FAILED => {
-                        return Err(FetchError::changed(format!("origin object changed (412 to bytes={start}-{end})")));
+                        return Err(ReadError::changed(format!("origin object changed (412 to bytes={start}-{end})")));
                     }
                     s => {
-                        return Err(FetchError::other(format!(
+                        return Err(ReadError::origin(format!(
                             "origin answered {} to bytes={start}-{end}",
                             s.as_u16()
                         )));
                     }
                 };
                 if !ok {
-                    return Err(FetchError::other(format!(
+                    return Err(ReadError::origin(format!(
                         "origin answered a different range than bytes={start}-{end}"
                     )));
                 }
@@ -807,14 +828,14 @@ impl OriginTier {
                 if let (Some(got), Some(want)) = (etag, obj.etag.as_deref())
                     && got != want
                 {
-                    return Err(FetchError::changed(format!("origin object changed (ETag {got}, stored {want})")));
+                    return Err(ReadError::changed(format!("origin object changed (ETag {got}, stored {want})")));
                 }
                 // What else the origin says about the version must agree too.
                 for name in [header::LAST_MODIFIED, HeaderName::from_static("repr-digest")] {
                     if let (Some(got), Some(want)) = (res.headers.get(&name), obj.headers.get(&name))
                         && got != want
                     {
-                        return Err(FetchError::changed(format!(
+                        return Err(ReadError::changed(format!(
                             "origin object changed ({name} {got:?}, stored {want:?})"
                         )));
                     }
@@ -826,13 +847,13 @@ impl OriginTier {
         let wait = self.client.timeout();
         while let Some(chunk) = tokio::time::timeout(wait, body.next())
             .await
-            .map_err(|_| FetchError::other(format!("origin sent nothing for {wait:?}")))?
+            .map_err(|_| ReadError::origin(format!("origin sent nothing for {wait:?}")))?
         {
-            let mut data = chunk.map_err(FetchError::other)?;
+            let mut data = chunk.map_err(ReadError::origin)?;
             self.metrics.origin_bytes.inc_by(data.len() as u64);
             while !data.is_empty() {
                 let Some(fetch) = done.fetches.get(done.next) else {
-                    return Err(FetchError::other("origin sent more bytes than asked for"));
+                    return Err(ReadError::origin("origin sent more bytes than asked for"));
                 };
                 let want = fetch.len_left();
                 let piece = if data.len() > want { data.split_to(want) } else { std::mem::take(&mut data) };
@@ -844,7 +865,7 @@ impl OriginTier {
         }
         if done.next < done.fetches.len() {
             let got = done.fetches[done.next].received();
-            return Err(FetchError::other(format!(
+            return Err(ReadError::origin(format!(
                 "origin closed the body early (block {} has {got} bytes)",
                 done.first as usize + done.next
             )));
@@ -1027,17 +1048,17 @@ impl Done {
     /// the next. Stored before it leaves `inflight`, so readers find one or
     /// the other. A block that fails the check fails the fetch before any
     /// reader sees it complete.
-    fn complete_next(&mut self) -> Result<(), FetchError> {
+    fn complete_next(&mut self) -> Result<(), ReadError> {
         let b = self.first + self.next as u32;
         let fetch = &self.fetches[self.next];
         if let Some(bytes) = fetch.assembled() {
             if !self.leaves.record(b, &bytes) {
-                return Err(FetchError::changed(format!(
+                return Err(ReadError::changed(format!(
                     "block {b} came again with other bytes: the origin changed the object under the same validators"
                 )));
             }
             if let Some(Err(e)) = self.integrity.as_ref().and_then(|i| i.record(b, &bytes)) {
-                return Err(FetchError::changed(e));
+                return Err(ReadError::changed(e));
             }
             if let Some(bytes) = fetch.complete() {
                 self.tier.store.put_block(self.version, b, bytes);
@@ -1048,7 +1069,7 @@ impl Done {
         Ok(())
     }
 
-    fn fail(&mut self, why: &FetchError) {
+    fn fail(&mut self, why: &ReadError) {
         while let Some(fetch) = self.fetches.get(self.next) {
             fetch.fail(why);
             self.forget(self.first + self.next as u32, fetch);
@@ -1066,6 +1087,6 @@ impl Done {
 
 impl Drop for Done {
     fn drop(&mut self) {
-        self.fail(&FetchError::other("origin fetch stopped"));
+        self.fail(&ReadError::origin("origin fetch stopped"));
     }
 }

@@ -1,0 +1,111 @@
+//! The driver against in-memory and faulty block sources: no disk, no
+//! origin, the real scheduler and mailboxes.
+
+use super::{Storage, spawn};
+use crate::{
+    mailbox::{End, Mailbox, Next},
+    metrics::Metrics,
+};
+use bytes::Bytes;
+use circus_core::{BlockSet, Fault, FileId};
+use circus_sched::{FailReason, SchedConfig};
+use circus_store::{
+    BlockSource, Description, FileEntry,
+    testing::{FaultySource, Injected, MemSource},
+};
+use prometheus_client::registry::Registry;
+use std::{sync::Arc, time::SystemTime};
+
+const BLOCK: u32 = 4096;
+
+fn content(blocks: u32) -> Bytes {
+    (0..blocks * BLOCK).map(|i| (i * 7 % 251) as u8).collect::<Vec<u8>>().into()
+}
+
+fn entry(id: u64, source: Arc<dyn BlockSource>, size: u64) -> Arc<FileEntry> {
+    let d = Description {
+        size,
+        modified: SystemTime::UNIX_EPOCH,
+        etag: "\"t\"".into(),
+        content_type: "application/octet-stream".into(),
+    };
+    Arc::new(FileEntry::new(FileId(id), format!("f{id}"), source, d, BLOCK))
+}
+
+fn driver() -> super::DriverHandle {
+    let cfg = SchedConfig { block_size: BLOCK, cache_bytes: 64 * u64::from(BLOCK), ..SchedConfig::default() };
+    let metrics = Arc::new(Metrics::register(&mut Registry::default()));
+    spawn(cfg, Storage { io_threads: 2, arena: None, pacer: None }, metrics)
+}
+
+/// Takes blocks until the download ends, telling the driver each was
+/// sent; the file as assembled, and how it ended.
+async fn download(d: &super::DriverHandle, id: circus_core::ClientId, mb: &Mailbox, size: usize) -> (Vec<u8>, End) {
+    let mut out = vec![0u8; size];
+    loop {
+        match std::future::poll_fn(|cx| mb.poll_next(cx, None)).await {
+            Next::Block(b, bytes) => {
+                let at = b as usize * BLOCK as usize;
+                out[at..at + bytes.len()].copy_from_slice(&bytes);
+                d.sent(id, b..b + 1);
+            }
+            Next::Resume => d.resume(id),
+            Next::End(end) => return (out, end),
+        }
+    }
+}
+
+#[tokio::test]
+async fn clients_of_one_version_get_every_block_and_share_its_reads() {
+    let bytes = content(32);
+    let source = Arc::new(MemSource::new(bytes.clone(), BLOCK));
+    let file = entry(1, source.clone(), bytes.len() as u64);
+    let d = driver();
+    let (a, ma) = d.join(file.clone(), BlockSet::new(32), false, None);
+    let (b, mb) = d.join(file.clone(), BlockSet::new(32), false, None);
+    let ((got_a, end_a), (got_b, end_b)) =
+        tokio::join!(download(&d, a, &ma, bytes.len()), download(&d, b, &mb, bytes.len()));
+    assert!(matches!(end_a, End::Complete) && matches!(end_b, End::Complete), "{end_a:?} {end_b:?}");
+    assert_eq!(got_a, bytes);
+    assert_eq!(got_b, bytes);
+    assert_eq!(source.reads(), 32, "each block read once for both clients");
+}
+
+#[tokio::test]
+async fn a_source_that_changed_fails_its_clients_as_changed_not_as_storage() {
+    let bytes = content(8);
+    let faulty = Arc::new(FaultySource::new(Arc::new(MemSource::new(bytes.clone(), BLOCK))));
+    faulty.inject(3 * u64::from(BLOCK), Injected::Fail(Fault::Changed));
+    let file = entry(2, faulty, bytes.len() as u64);
+    let d = driver();
+    let (id, mb) = d.join(file, BlockSet::new(8), true, None);
+    let (_, end) = download(&d, id, &mb, bytes.len()).await;
+    assert!(matches!(end, End::Failed(FailReason::FileChanged { block: 3, .. })), "{end:?}");
+}
+
+#[tokio::test]
+async fn a_failing_read_fails_its_clients_as_storage() {
+    let bytes = content(8);
+    let faulty = Arc::new(FaultySource::new(Arc::new(MemSource::new(bytes.clone(), BLOCK))));
+    faulty.inject(5 * u64::from(BLOCK), Injected::Fail(Fault::Origin));
+    let file = entry(3, faulty, bytes.len() as u64);
+    let d = driver();
+    let (id, mb) = d.join(file, BlockSet::new(8), true, None);
+    let (_, end) = download(&d, id, &mb, bytes.len()).await;
+    assert!(matches!(end, End::Failed(FailReason::StorageRead { block: 5, .. })), "{end:?}");
+}
+
+#[tokio::test]
+async fn a_block_that_fails_its_hash_is_never_sent_and_the_version_is_distrusted() {
+    let bytes = content(8);
+    let faulty = Arc::new(FaultySource::new(Arc::new(MemSource::new(bytes.clone(), BLOCK))));
+    faulty.inject(2 * u64::from(BLOCK), Injected::Corrupt(Bytes::from(vec![0u8; BLOCK as usize])));
+    let file = entry(4, faulty.clone(), bytes.len() as u64);
+    let d = driver();
+    let (id, mb) = d.join(file, BlockSet::new(8), true, None);
+    let (got, end) = download(&d, id, &mb, bytes.len()).await;
+    assert!(matches!(end, End::Failed(FailReason::FileChanged { block: 2, .. })), "{end:?}");
+    assert_eq!(&got[..2 * BLOCK as usize], &bytes[..2 * BLOCK as usize], "blocks before it arrive intact");
+    assert!(got[2 * BLOCK as usize..].iter().all(|&b| b == 0), "nothing of or after the bad block is sent in order");
+    assert!(faulty.was_distrusted());
+}
