@@ -12,7 +12,8 @@
 
 #![no_main]
 
-use circus_server::{fuzzing::answer_for_fuzzing, rfc9110::host_ok};
+use circus_http::rfc9110::host_ok;
+use circus_server::fuzzing::answer_for_fuzzing;
 use libfuzzer_sys::fuzz_target;
 
 const NEUTRAL: [&str; 7] = ["host", "user-agent", "accept", "accept-encoding", "accept-language", "connection", "te"];

@@ -1,4 +1,4 @@
-//! `Range` and the preconditions (`circus_server::rfc9110`) on untrusted
+//! `Range` and the preconditions (`circus_http::rfc9110`) on untrusted
 //! header values.
 //!
 //! Input: `[size: u64 LE, text…]`; the text's lines are, in order, Range,
@@ -13,7 +13,7 @@
 
 #![no_main]
 
-use circus_server::rfc9110::{
+use circus_http::rfc9110::{
     Conditionals, MAX_RANGES, Precondition, Ranges, Validators, evaluate, if_range_allows, resolve_ranges,
 };
 use libfuzzer_sys::fuzz_target;

@@ -23,7 +23,7 @@ use std::{
 
 /// Error type of the bodies: the connection is cut, so a client with
 /// Content-Length sees a short body and never mistakes it for the file.
-pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
+pub use circus_http::BodyError;
 
 /// What a download's connection gets next.
 #[derive(Debug)]

@@ -1,7 +1,7 @@
 //! Server settings: typed, validated, loadable from TOML.
 
-use crate::origin::{OriginSource, S3Config};
 use circus_core::ByteSize;
+use circus_origin::{OriginConfig, OriginSource, S3Config};
 use circus_sched::{PolicyKind, SchedConfig};
 use serde::Deserialize;
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
@@ -37,7 +37,7 @@ pub struct ServeConfig {
     /// Most bytes per second read from storage (`None`: as fast as it goes).
     pub read_rate: Option<u64>,
     /// Serve from this origin through the caching tier instead of `root`.
-    pub origin: Option<crate::origin::OriginConfig>,
+    pub origin: Option<OriginConfig>,
     /// Serve files and directories whose names start with a dot (`.git/`,
     /// `.env`); refused with 404 by default.
     pub dotfiles: bool,
@@ -154,6 +154,8 @@ pub enum ConfigError {
     Origin(String),
     #[error(transparent)]
     Sched(#[from] circus_sched::ConfigError),
+    #[error(transparent)]
+    Memory(#[from] crate::memory::PlanError),
 }
 
 impl FileConfig {
@@ -210,7 +212,7 @@ impl FileConfig {
                 // An origin named again (a flag over the file) keeps the
                 // other origin settings already given.
                 Some(o) => o.source = carry_s3_settings(source, &o.source),
-                None => cfg.origin = Some(crate::origin::OriginConfig::new(source)),
+                None => cfg.origin = Some(OriginConfig::new(source)),
             }
         }
         self.apply_s3(cfg)?;
@@ -230,11 +232,9 @@ impl FileConfig {
                     o.block_size
                 )));
             }
-            let budget = cfg.sched.cache_bytes;
-            crate::origin::split_budget(o, budget - crate::origin::scheduler_share(budget, block).min(budget))
-                .map_err(ConfigError::Origin)?;
         }
         cfg.sched.validate()?;
+        crate::memory::MemoryPlan::new(cfg.sched.cache_bytes, cfg.sched.block_size, cfg.origin.as_ref())?;
         Ok(())
     }
 }
@@ -334,7 +334,7 @@ mod tests {
         let tiny = FileConfig::parse("origin = \"http://x/\"\ncache = \"4MiB\"")
             .unwrap()
             .apply(&mut ServeConfig::new("/".into()));
-        assert!(tiny.unwrap_err().to_string().contains("give --cache 10485760 or more"));
+        assert!(tiny.unwrap_err().to_string().contains("give --cache 13981016 or more"));
         let https = FileConfig::parse("origin = \"https://x/\"\norigin_ca = \"/ca.pem\"").unwrap();
         let mut with_https = ServeConfig::new("/".into());
         https.apply(&mut with_https).unwrap();

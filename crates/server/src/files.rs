@@ -2,8 +2,8 @@
 //! one `FileId` per (path, [`FileVersion`]), each a [`FileEntry`] read
 //! through a [`LocalFile`] (which builds its hash index lazily).
 
-use crate::error::HttpError;
 use circus_core::FileId;
+use circus_http::HttpError;
 use circus_store::{
     Description, FileEntry, FileIndex, FileVersion, INDEX_DIR, LocalFile, LocalPlace, default_index_dir,
 };

@@ -17,12 +17,9 @@
 
 use crate::activity::Activity;
 use bytes::{Buf, Bytes, BytesMut};
+use circus_http::HitSource;
 use prometheus_client::metrics::counter::Counter;
-use std::{
-    cell::RefCell,
-    io,
-    time::{Duration, SystemTime, UNIX_EPOCH},
-};
+use std::{io, time::Duration};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
@@ -42,16 +39,6 @@ const MAX_HEADERS: usize = 32;
 /// pipelined requests for larger objects cannot grow the output without
 /// bound: the rest of the burst waits until this much has gone out.
 const OUT_LIMIT: usize = 256 * 1024;
-
-/// Whole resident objects, rendered as complete HTTP/1.1 responses.
-pub(crate) trait HitSource: Send + Sync {
-    /// Appends the whole response (status line, headers, body unless
-    /// `head`) for `target` to `out` and returns true, or returns false
-    /// and leaves `out` alone when the object is not a fresh, whole,
-    /// resident one. `headers` (all of them [`NEUTRAL`]) may select among
-    /// representations (Vary).
-    fn render(&self, target: &str, head: bool, headers: &[httparse::Header<'_>], out: &mut Vec<u8>) -> bool;
-}
 
 /// How a connection left the lane.
 pub(crate) enum Exit {
@@ -154,7 +141,7 @@ fn answer_all(buf: &mut BytesMut, source: &dyn HitSource, out: &mut Vec<u8>) -> 
         if req.version != Some(1)
             || !target.starts_with('/')
             || !req.headers.iter().all(neutral)
-            || !crate::rfc9110::host_ok(hosts)
+            || !circus_http::rfc9110::host_ok(hosts)
         {
             break Batch::Other;
         }
@@ -225,21 +212,6 @@ pub fn answer_for_fuzzing(input: &[u8], hit: impl FnMut(&str) -> bool + Send) ->
     };
     let offered = source.0.into_inner().expect("not poisoned").1;
     LaneOutcome { offered, consumed: input.len() - buf.len(), handed_off }
-}
-
-/// Appends `date: <now>\r\n`, formatted once a second per thread.
-pub(crate) fn put_date(out: &mut Vec<u8>, now: SystemTime) {
-    thread_local! {
-        static DATE: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
-    }
-    let secs = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
-    DATE.with_borrow_mut(|(at, text)| {
-        if *at != secs {
-            *text = format!("date: {}\r\n", httpdate::fmt_http_date(now));
-            *at = secs;
-        }
-        out.extend_from_slice(text.as_bytes());
-    });
 }
 
 fn neutral(h: &httparse::Header<'_>) -> bool {

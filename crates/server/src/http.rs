@@ -2,42 +2,27 @@
 //! for clients that ask for it on the same URL.
 
 use crate::{
-    AppState,
     body::{NativeBody, Part, PlainBody},
     driver::DriverHandle,
-    error::HttpError,
-    rfc9110::{self, Conditionals, Precondition, Ranges, Validators},
+    state::AppState,
 };
 use base64::Engine;
 use bytes::Bytes;
 use circus_core::BlockSet;
+pub use circus_http::error_response;
+use circus_http::{
+    HttpError, ResBody, full,
+    rfc9110::{self, Conditionals, Precondition, Ranges, Validators},
+};
+use circus_origin::Answer;
 use circus_proto::{CONTENT_TYPE as NATIVE_TYPE, NEED_HEADER};
 use circus_store::{FileEntry, FileIndex};
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Version, header};
-use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use http_body_util::BodyExt;
 use std::sync::Arc;
-
-pub type ResBody = BoxBody<Bytes, crate::body::BodyError>;
-
-fn full(bytes: impl Into<Bytes>) -> ResBody {
-    Full::new(bytes.into()).map_err(|never| match never {}).boxed()
-}
 
 fn header_str(h: &HeaderMap, name: impl header::AsHeaderName) -> Option<&str> {
     h.get(name).and_then(|v| v.to_str().ok())
-}
-
-pub fn error_response(e: &HttpError) -> Response<ResBody> {
-    let mut res = Response::new(full(format!("{e}\n")));
-    *res.status_mut() = e.status();
-    res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
-    if matches!(e, HttpError::MethodNotAllowed) {
-        res.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
-    }
-    if let Some(secs) = e.retry_after() {
-        res.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
-    }
-    res
 }
 
 pub async fn handle<B>(state: Arc<AppState>, req: Request<B>) -> Response<ResBody>
@@ -88,7 +73,15 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>) -> Result<Response<Re
         _ => {}
     }
     if let Some(origin) = &state.origin {
-        return origin.handle(req, head).await;
+        return match origin.handle(req, head).await? {
+            Answer::Response(res) => Ok(res),
+            Answer::Native { file, headers } => {
+                let index = file.index().await?;
+                let mut res = native_response(&state.driver, &file, &index, req.headers(), head)?;
+                res.headers_mut().extend(headers);
+                Ok(res)
+            }
+        };
     }
     let (table, path) = (state.clone(), req.uri().path().to_owned());
     let file = tokio::task::spawn_blocking(move || table.files.lookup(&path))
@@ -105,7 +98,7 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>) -> Result<Response<Re
     let mut res = match rfc9110::evaluate(&cond, &v) {
         Precondition::NotModified => status_only(StatusCode::NOT_MODIFIED),
         Precondition::Failed => status_only(StatusCode::PRECONDITION_FAILED),
-        Precondition::Proceed if crate::accept::wants_native(h) => native(state, &file, h, head).await?,
+        Precondition::Proceed if circus_http::accept::wants_native(h) => native(state, &file, h, head).await?,
         Precondition::Proceed => {
             // Plain clients neither wait for nor start an index build (a
             // HEAD must not read the whole file); their responses carry
@@ -173,9 +166,9 @@ async fn native(
 /// Tells a native client that the file's index is still being built.
 pub(crate) const INDEX_HEADER: &str = "circus-index";
 
-/// The native stream of `file` (local or an origin object) from the
+/// The native stream of `file` (a local file or an origin object) from the
 /// scheduler, honouring a resume's `Circus-Need` when `If-Range` allows.
-pub(crate) fn native_response(
+fn native_response(
     driver: &DriverHandle,
     file: &Arc<FileEntry>,
     index: &FileIndex,

@@ -8,17 +8,19 @@
 //! kinds are clients of one scheduler ([`circus_sched`]) and one block cache,
 //! so a block read once from storage serves every download that needs it.
 //!
-//! Parts: [`files`] (safe path resolution, file versions, hash index),
-//! `driver` (the task that owns the scheduler and cache), `body` (response
-//! bodies fed by the driver), `http` (routing and HTTP semantics),
-//! [`rfc9110`] (pure precondition and range rules), `observe`
-//! (`/metrics`, `/status`), `arena` and `sendfile` (cache memory in a memfd
-//! or an unlinked file on `--cache-dir`,
-//! sent with `sendfile(2)` instead of copied), `pacer` (a storage read cap),
-//! `hitlane` (resident small objects answered before hyper sees the
-//! connection), `small` (whole small local files kept for the lane),
-//! [`origin`] (the caching tier in front of an HTTP or S3 origin; its
-//! native clients join the same scheduler once an object's tree is known).
+//! Parts: [`files`] (safe path resolution, one [`circus_store::LocalFile`]
+//! per file version), `driver` (the task that owns the scheduler and cache,
+//! reading through each version's [`circus_store::BlockSource`]), `body`
+//! (response bodies fed by the driver), `http` (routing and HTTP
+//! semantics, with [`circus_http`]'s rules), `state` (what handlers share),
+//! `memory` (how `--cache` is divided), `observe` (`/metrics`, `/status`),
+//! `arena` and `sendfile` (cache memory in a memfd or an unlinked file on
+//! `--cache-dir`, sent with `sendfile(2)` instead of copied), `pacer` (a
+//! storage read cap), `hitlane` (resident small objects answered before
+//! hyper sees the connection), `small` (whole small local files kept for
+//! the lane). With `--origin`, requests go to [`circus_origin`]'s tier;
+//! its native clients join the same scheduler once an object's tree is
+//! known.
 //!
 //! ```no_run
 //! # async fn run() -> std::io::Result<()> {
@@ -29,29 +31,27 @@
 //! # }
 //! ```
 
-mod accept;
 mod activity;
 mod arena;
 mod body;
 pub mod config;
 mod driver;
-mod error;
 pub mod files;
 mod hitlane;
 mod http;
 mod mailbox;
+mod memory;
 mod metrics;
 mod observe;
 mod open_connections;
-pub mod origin;
 mod pacer;
-pub mod rfc9110;
-pub mod rfc9111;
 mod sendfile;
 mod small;
+mod state;
 
+pub use circus_http::HttpError;
 pub use config::{FileConfig, ServeConfig};
-pub use error::HttpError;
+pub use memory::{MemoryPlan, PlanError};
 
 /// The hit lane's request head handling, for the fuzz targets in `fuzz/`;
 /// not an API.
@@ -61,7 +61,6 @@ pub mod fuzzing {
 }
 
 use bytes::Bytes;
-use driver::DriverHandle;
 use files::FileTable;
 use hyper::service::service_fn;
 use hyper_util::{
@@ -70,21 +69,9 @@ use hyper_util::{
 };
 use prometheus_client::registry::Registry;
 use sendfile::SendfileStream;
+use state::AppState;
 use std::{future::Future, net::SocketAddr, sync::Arc};
 use tokio::{net::TcpListener, sync::Semaphore};
-
-/// What every request handler shares.
-#[derive(Debug)]
-pub(crate) struct AppState {
-    files: FileTable,
-    driver: DriverHandle,
-    metrics: Arc<metrics::Metrics>,
-    registry: Registry,
-    /// Set with `--origin`: requests go to the caching tier, not the directory.
-    origin: Option<Arc<origin::OriginTier>>,
-    /// Whole small local files for the hit lane (no budget with an origin).
-    small: Arc<small::SmallFiles>,
-}
 
 #[derive(Debug)]
 pub struct Server {
@@ -114,20 +101,11 @@ impl Server {
         let listener = TcpListener::bind(cfg.listen).await?;
         let mut registry = Registry::default();
         let metrics = Arc::new(metrics::Metrics::register(&mut registry));
-        // With an origin, the scheduler's block cache gets a share for
-        // native downloads of origin objects (sent from the arena) and the
-        // tier the rest (its plain bodies are written, not sent with sendfile).
-        // Locally, small files get their share of the budget; the
-        // scheduler's block cache the rest.
         let mut cfg = cfg;
-        let block = u64::from(cfg.sched.block_size);
-        let budget = cfg.sched.cache_bytes;
-        let small_budget = if cfg.origin.is_none() { small::share(budget, block) } else { 0 };
-        cfg.sched.cache_bytes -= small_budget;
-        if cfg.origin.is_some() {
-            cfg.sched.cache_bytes = origin::scheduler_share(budget, cfg.sched.block_size);
-        }
-        let small = Arc::new(small::SmallFiles::new(small_budget, block));
+        let plan = MemoryPlan::new(cfg.sched.cache_bytes, cfg.sched.block_size, cfg.origin.as_ref())
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        cfg.sched.cache_bytes = plan.scheduler;
+        let small = Arc::new(small::SmallFiles::new(plan.small_files, u64::from(cfg.sched.block_size)));
         let arena = if cfg.zero_copy { cache_arena(&cfg)? } else { None };
         let storage = driver::Storage {
             io_threads: cfg.io_threads,
@@ -136,19 +114,15 @@ impl Server {
         };
         let driver = driver::spawn(cfg.sched.clone(), storage, metrics.clone());
         let origin = match &cfg.origin {
-            Some(o) => Some(Arc::new(
-                origin::OriginTier::new(
-                    o,
-                    budget - cfg.sched.cache_bytes,
-                    driver.clone(),
-                    cfg.sched.block_size,
-                    &mut registry,
-                )
-                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?,
-            )),
+            Some(o) => {
+                let budget = circus_origin::TierBudget { stored: plan.origin_store, fetching: plan.origin_fetches };
+                let tier = circus_origin::OriginTier::new(o, budget, cfg.sched.block_size, &mut registry)
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+                Some(Arc::new(tier))
+            }
             None => None,
         };
-        let state = Arc::new(AppState { files, driver, metrics, registry, origin, small });
+        let state = Arc::new(AppState { files, driver, metrics, registry, origin, small, memory: plan });
         Ok(Server { listener, arena, state, cfg })
     }
 
@@ -219,7 +193,7 @@ impl Server {
             // Resident small objects (of the origin tier, or whole small
             // local files) are answered before hyper sees the connection
             // (Lava's hit server).
-            let lane: Option<Arc<dyn hitlane::HitSource>> = match &state.origin {
+            let lane: Option<Arc<dyn circus_http::HitSource>> = match &state.origin {
                 _ if busy => None,
                 Some(tier) => Some(tier.clone()),
                 None => Some(state.clone()),
@@ -265,7 +239,7 @@ impl Server {
 /// One accepted connection and what serving it needs.
 struct Connection {
     state: Arc<AppState>,
-    lane: Option<Arc<dyn hitlane::HitSource>>,
+    lane: Option<Arc<dyn circus_http::HitSource>>,
     limits: hitlane::Limits,
     stopping: tokio::sync::watch::Receiver<bool>,
     answered: prometheus_client::metrics::counter::Counter,

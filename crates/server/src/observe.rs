@@ -1,8 +1,9 @@
 //! `/metrics` (Prometheus text) and `/status` (JSON of active files, their
 //! regions and each client's cursor, role and rate).
 
-use crate::{AppState, http::ResBody, metrics::RoleLabel};
+use crate::{metrics::RoleLabel, state::AppState};
 use bytes::Bytes;
+use circus_http::ResBody;
 use http::{HeaderValue, Response, header};
 use http_body_util::{BodyExt, Full};
 use std::sync::Arc;
@@ -49,7 +50,8 @@ pub async fn status(state: &Arc<AppState>) -> Response<ResBody> {
     let body = match state.driver.status().await {
         Some((status, counters)) => {
             let builds = state.files.builds();
-            serde_json::json!({ "scheduler": status, "counters": counters, "index_builds": builds }).to_string()
+            serde_json::json!({ "scheduler": status, "counters": counters, "index_builds": builds, "memory": state.memory })
+                .to_string()
         }
         None => "{\"error\":\"shutting down\"}".into(),
     };

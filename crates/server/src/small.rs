@@ -12,11 +12,7 @@
 //! validators, never a mix. The store has its own share of the cache
 //! budget (quick_cache, weighed in bytes).
 
-use crate::{
-    AppState,
-    files::FileTable,
-    hitlane::{self, HitSource},
-};
+use crate::files::FileTable;
 use base64::Engine;
 use bytes::Bytes;
 use circus_core::FileId;
@@ -144,7 +140,7 @@ impl SmallFiles {
     }
 
     /// [`HitSource::render`] for the files of `files`.
-    fn render(
+    pub fn render(
         &self,
         files: &FileTable,
         target: &str,
@@ -155,32 +151,19 @@ impl SmallFiles {
         let path = target.split_once('?').map_or(target, |(p, _)| p);
         // A native client gets the block stream from the full path.
         let accepts = headers.iter().filter(|h| h.name.eq_ignore_ascii_case("accept"));
-        if crate::accept::lists_native(accepts.filter_map(|h| std::str::from_utf8(h.value).ok())) {
+        if circus_http::accept::lists_native(accepts.filter_map(|h| std::str::from_utf8(h.value).ok())) {
             return false;
         }
         let now = SystemTime::now();
         let Some(small) = self.current(files, path, now) else { return false };
         out.extend_from_slice(&small.head);
-        hitlane::put_date(out, now);
+        circus_http::put_date(out, now);
         out.extend_from_slice(b"\r\n");
         if !head {
             out.extend_from_slice(&small.body);
         }
         true
     }
-}
-
-/// The local directory's answers for the hit lane.
-impl HitSource for AppState {
-    fn render(&self, target: &str, head: bool, headers: &[httparse::Header<'_>], out: &mut Vec<u8>) -> bool {
-        self.small.render(&self.files, target, head, headers, out)
-    }
-}
-
-/// The small store's share of the cache budget: a sixteenth, leaving the
-/// scheduler at least two blocks.
-pub fn share(cache: u64, block: u64) -> u64 {
-    (cache / 16).min(cache.saturating_sub(2 * block))
 }
 
 /// The fields the full path writes for a whole 200 (`http::plain` and
@@ -250,11 +233,5 @@ mod tests {
         assert!(!small.wants(&files.lookup("/big").unwrap()));
         assert!(!small.wants(&files.lookup("/empty").unwrap()));
         assert!(!SmallFiles::new(0, 4096).wants(&files.lookup("/big").unwrap()));
-    }
-
-    #[test]
-    fn the_share_leaves_the_scheduler_two_blocks() {
-        assert_eq!(share(256 << 20, 64 << 10), 16 << 20);
-        assert_eq!(share(128 << 10, 64 << 10), 0);
     }
 }

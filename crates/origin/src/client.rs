@@ -2,7 +2,9 @@
 //! origin), the base URL joined with the request's path, hop-by-hop
 //! headers dropped both ways.
 
+use crate::SetupError;
 use bytes::Bytes;
+use circus_store::ReadError;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, Uri, header};
 use http_body_util::{BodyExt, Empty, combinators::UnsyncBoxBody};
 use hyper::body::Incoming;
@@ -57,7 +59,7 @@ impl OriginClient {
     /// A client for `base` (`http://` or `https://`); `ca_file` replaces
     /// the system's roots for an https origin. Fails on a CA bundle that
     /// cannot be read.
-    pub fn new(base: &Uri, timeout: Duration, ca_file: Option<&Path>) -> Result<Self, String> {
+    pub fn new(base: &Uri, timeout: Duration, ca_file: Option<&Path>) -> Result<Self, SetupError> {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(timeout));
@@ -75,7 +77,7 @@ impl OriginClient {
     }
 
     /// `GET base + path_and_query` with `headers` (hop-by-hop ones dropped).
-    pub async fn get(&self, path_and_query: &str, headers: &HeaderMap) -> Result<Response<Incoming>, String> {
+    pub async fn get(&self, path_and_query: &str, headers: &HeaderMap) -> Result<Response<Incoming>, ReadError> {
         let mut headers = headers.clone();
         // The body must not be compressed differently per block fetch.
         if !headers.contains_key(header::ACCEPT_ENCODING) {
@@ -92,16 +94,19 @@ impl OriginClient {
         path_and_query: &str,
         mut headers: HeaderMap,
         body: OutBody,
-    ) -> Result<Response<Incoming>, String> {
-        let uri: Uri = format!("{}{}", self.base, path_and_query).parse().map_err(|e| format!("origin URL: {e}"))?;
-        let mut req = Request::builder().method(method).uri(uri).body(body).map_err(|e| e.to_string())?;
+    ) -> Result<Response<Incoming>, ReadError> {
+        let uri: Uri = format!("{}{}", self.base, path_and_query)
+            .parse()
+            .map_err(|e| ReadError::origin(format!("origin URL: {e}")))?;
+        let mut req =
+            Request::builder().method(method).uri(uri).body(body).map_err(|e| ReadError::origin(e.to_string()))?;
         strip_hop_by_hop(&mut headers);
         headers.append(header::VIA, VIA);
         *req.headers_mut() = headers;
         match tokio::time::timeout(self.timeout, self.client.request(req)).await {
             Ok(Ok(res)) => Ok(res),
-            Ok(Err(e)) => Err(format!("origin request failed: {e}")),
-            Err(_) => Err(format!("origin sent no response head within {:?}", self.timeout)),
+            Ok(Err(e)) => Err(ReadError::origin(format!("origin request failed: {e}"))),
+            Err(_) => Err(ReadError::origin(format!("origin sent no response head within {:?}", self.timeout))),
         }
     }
 }

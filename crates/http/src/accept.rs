@@ -7,12 +7,12 @@ use http::{HeaderMap, HeaderValue, header};
 
 /// Whether the client lists the native media type with a non-zero quality
 /// (`;q=0` means "not acceptable", RFC 9110 §12.5.1).
-pub(crate) fn wants_native(h: &HeaderMap) -> bool {
+pub fn wants_native(h: &HeaderMap) -> bool {
     lists_native(h.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()))
 }
 
 /// [`wants_native`] over the values of the request's Accept fields.
-pub(crate) fn lists_native<'a>(accept: impl Iterator<Item = &'a str>) -> bool {
+pub fn lists_native<'a>(accept: impl Iterator<Item = &'a str>) -> bool {
     accept.flat_map(|v| v.split(',')).any(|item| {
         let mut params = item.split(';');
         let is_native = params.next().is_some_and(|t| t.trim().eq_ignore_ascii_case(NATIVE_TYPE));
@@ -29,7 +29,7 @@ pub(crate) fn lists_native<'a>(accept: impl Iterator<Item = &'a str>) -> bool {
 /// wants the plain object from the origin, also from an origin that is a
 /// circus (which varies on Accept); stored versions are selected by the
 /// request as it would be forwarded.
-pub(crate) fn without_native(h: &HeaderMap) -> HeaderMap {
+pub fn without_native(h: &HeaderMap) -> HeaderMap {
     let mut out = h.clone();
     if !wants_native(h) {
         return out;

@@ -8,7 +8,9 @@ use super::{
     client::{OriginClient, OutBody},
     s3::S3Origin,
 };
+use crate::SetupError;
 use bytes::Bytes;
+use circus_store::ReadError;
 use futures_util::{StreamExt, stream::BoxStream};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use http_body_util::BodyExt;
@@ -73,7 +75,7 @@ impl fmt::Display for OriginSource {
 }
 
 /// Body bytes of an origin response; an `Err` item ends it early.
-pub type OriginBody = BoxStream<'static, Result<Bytes, String>>;
+pub type OriginBody = BoxStream<'static, Result<Bytes, ReadError>>;
 
 /// An origin's answer as the tier reads it. An S3 answer is given the
 /// headers an HTTP server would have sent: Content-Range on a part,
@@ -100,7 +102,7 @@ pub enum Source {
 impl Source {
     /// A client for `source`; fails on settings that cannot work (an S3
     /// endpoint that is no URL, say), before any request is made.
-    pub fn new(source: &OriginSource, timeout: Duration, ca_file: Option<&Path>) -> Result<Self, String> {
+    pub fn new(source: &OriginSource, timeout: Duration, ca_file: Option<&Path>) -> Result<Self, SetupError> {
         Ok(match source {
             OriginSource::Http(uri) => Source::Http(Box::new(OriginClient::new(uri, timeout, ca_file)?)),
             OriginSource::S3(cfg) => Source::S3(S3Origin::new(cfg, timeout, ca_file)?),
@@ -123,11 +125,14 @@ impl Source {
     /// `GET target` with the request `headers` that matter to an origin:
     /// Range and the conditionals, and for HTTP the rest as they are.
     /// `Err` is a failure to get any answer (502 to the client).
-    pub async fn get(&self, target: &str, headers: &HeaderMap) -> Result<OriginResponse, String> {
+    pub async fn get(&self, target: &str, headers: &HeaderMap) -> Result<OriginResponse, ReadError> {
         match self {
             Source::Http(c) => {
                 let (parts, body) = c.get(target, headers).await?.into_parts();
-                let body = body.into_data_stream().map(|r| r.map_err(|e| format!("origin body: {e}"))).boxed();
+                let body = body
+                    .into_data_stream()
+                    .map(|r| r.map_err(|e| ReadError::origin(format!("origin body: {e}"))))
+                    .boxed();
                 Ok(OriginResponse { status: parts.status, headers: parts.headers, body })
             }
             Source::S3(s) => s.get(target, headers).await,
@@ -142,11 +147,14 @@ impl Source {
         target: &str,
         headers: HeaderMap,
         body: OutBody,
-    ) -> Result<OriginResponse, String> {
+    ) -> Result<OriginResponse, ReadError> {
         match self {
             Source::Http(c) => {
                 let (parts, body) = c.send(method, target, headers, body).await?.into_parts();
-                let body = body.into_data_stream().map(|r| r.map_err(|e| format!("origin body: {e}"))).boxed();
+                let body = body
+                    .into_data_stream()
+                    .map(|r| r.map_err(|e| ReadError::origin(format!("origin body: {e}"))))
+                    .boxed();
                 Ok(OriginResponse { status: parts.status, headers: parts.headers, body })
             }
             Source::S3(_) => {

@@ -1,13 +1,11 @@
-//! The tier's answers for the hit lane ([`crate::hitlane`]): whole stored
+//! The tier's answers for the server's hit lane: whole stored
 //! objects of one block, fresh and not varied, written as complete
 //! responses from the object's prerendered head and its resident block.
 //! Anything else is left to the tier's full path behind hyper.
 
 use super::OriginTier;
-use crate::{
-    hitlane::{self, HitSource},
-    rfc9111,
-};
+use crate::rfc9111;
+use circus_http::{HitSource, put_date};
 use http::HeaderMap;
 use std::{io::Write, time::SystemTime};
 
@@ -38,7 +36,7 @@ impl HitSource for OriginTier {
         out.extend_from_slice(&obj.wire_head);
         let _ = write!(out, "age: {}\r\n", obj.freshness.age(now).as_secs());
         if !obj.headers.contains_key(http::header::DATE) {
-            hitlane::put_date(out, now);
+            put_date(out, now);
         }
         out.extend_from_slice(b"\r\n");
         if let Some(bytes) = body {

@@ -6,8 +6,8 @@
 //! bodies of relayed (unstored) responses.
 
 use super::{BlockRef, OriginTier, fetch::BlockFetch, object::Object, source::OriginBody};
-use crate::{body::BodyError, http::ResBody};
 use bytes::Bytes;
+use circus_http::{BodyError, ResBody};
 use http_body::Frame;
 use http_body_util::{BodyExt, StreamBody};
 use std::{

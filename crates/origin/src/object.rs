@@ -135,8 +135,8 @@ impl Object {
     /// A native request is compared as it would be forwarded: the tier
     /// makes the native stream itself (see `without_native`).
     pub fn selected_by(&self, req: &HeaderMap) -> bool {
-        if self.vary.contains(&header::ACCEPT) && crate::accept::wants_native(req) {
-            return rfc9111::vary_matches(&self.vary, &self.vary_values, &crate::accept::without_native(req));
+        if self.vary.contains(&header::ACCEPT) && circus_http::accept::wants_native(req) {
+            return rfc9111::vary_matches(&self.vary, &self.vary_values, &circus_http::accept::without_native(req));
         }
         rfc9111::vary_matches(&self.vary, &self.vary_values, req)
     }

@@ -15,6 +15,7 @@
 use base64::Engine;
 use bytes::Bytes;
 use circus_core::BlockLayout;
+use circus_store::ReadError;
 use http::{HeaderMap, StatusCode, header};
 use sha2::Digest;
 use std::{
@@ -88,7 +89,7 @@ pub struct Integrity {
     /// The origin's block layout.
     layout: BlockLayout,
     hashing: Mutex<Hashing>,
-    outcome: OnceLock<Result<(), String>>,
+    outcome: OnceLock<Result<(), ReadError>>,
 }
 
 impl Integrity {
@@ -107,7 +108,7 @@ impl Integrity {
 
     /// Feeds origin block `b`, whole; returns the outcome if this block
     /// completed the digest. A block the digest has passed changes nothing.
-    pub fn record(&self, b: u32, bytes: &Bytes) -> Option<Result<(), String>> {
+    pub fn record(&self, b: u32, bytes: &Bytes) -> Option<Result<(), ReadError>> {
         let mut h = self.hashing.lock().expect("integrity lock");
         if b < h.next || h.hasher.is_none() {
             return None;
@@ -133,7 +134,7 @@ impl Integrity {
         Some(self.finish())
     }
 
-    fn finish(&self) -> Result<(), String> {
+    fn finish(&self) -> Result<(), ReadError> {
         let hasher = self.hashing.lock().expect("integrity lock").hasher.take();
         let ok = match (hasher, self.expected) {
             (Some(Hasher::Sha256(s)), Expected::Sha256(want)) => s.finalize().as_slice() == want,
@@ -144,13 +145,15 @@ impl Integrity {
         let outcome = if ok {
             Ok(())
         } else {
-            Err("the object's bytes do not match the digest the origin gave: blocks of two versions".into())
+            Err(ReadError::changed(
+                "the object's bytes do not match the digest the origin gave: blocks of two versions",
+            ))
         };
         self.outcome.get_or_init(|| outcome).clone()
     }
 
     /// The result once every block was hashed.
-    pub fn outcome(&self) -> Option<Result<(), String>> {
+    pub fn outcome(&self) -> Option<Result<(), ReadError>> {
         self.outcome.get().cloned()
     }
 

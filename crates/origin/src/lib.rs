@@ -31,39 +31,40 @@
 
 mod body;
 mod client;
+mod error;
 mod fetch;
 mod hit;
 mod integrity;
 mod leaves;
 mod object;
+pub mod rfc9111;
 mod s3;
 mod source;
 mod store;
 mod target;
 mod tls;
 
+pub use error::SetupError;
 pub use source::{OriginSource, S3Config};
 
-use crate::{
-    driver::DriverHandle,
-    error::HttpError,
-    http::ResBody,
-    rfc9110::{self, Conditionals, Precondition, Ranges, Validators},
-    rfc9111::{self, CacheControl},
-};
 use bytes::Bytes;
 use circus_core::FileId;
+use circus_http::{
+    HttpError, ResBody, empty, full,
+    rfc9110::{self, Conditionals, Precondition, Ranges, Validators},
+};
 use circus_store::{BlockSource, Description, FileEntry, FileIndex, ReadError, ReadFuture};
 use client::content_range;
 use fetch::BlockFetch;
 use futures_util::StreamExt;
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Empty, Full};
+use http_body_util::BodyExt;
 pub(crate) use object::Object;
 use prometheus_client::{
     metrics::{counter::Counter, gauge::Gauge},
     registry::Registry,
 };
+use rfc9111::CacheControl;
 use rustc_hash::FxHashMap;
 use source::{OriginResponse, Source};
 use std::{
@@ -76,6 +77,15 @@ use std::{
 };
 use store::Store;
 use tokio::sync::{OnceCell, Semaphore};
+
+/// The tier's share of the memory budget, in bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct TierBudget {
+    /// Stored blocks and object descriptions.
+    pub stored: u64,
+    /// Fetches in flight (their buffers are held outside the store).
+    pub fetching: u64,
+}
 
 /// Settings of the origin tier.
 #[derive(Debug, Clone)]
@@ -168,7 +178,7 @@ enum Lookup {
     /// no-store, no length): the waiter that takes it relays it; any other
     /// waiter asks on its own.
     Relay(Arc<Mutex<Option<OriginResponse>>>),
-    Failed(String),
+    Failed(ReadError),
 }
 
 impl Lookup {
@@ -183,6 +193,23 @@ impl Lookup {
             Lookup::Stored(o) => o.status.is_server_error(),
             Lookup::NotShared => false,
         }
+    }
+}
+
+/// What the tier answers a request with.
+#[derive(Debug)]
+pub enum Answer {
+    /// A response to send as it is.
+    Response(Response<ResBody>),
+    /// The native block stream of a version whose tree is known: the server
+    /// joins the client to its scheduler (shared with every other native
+    /// client of the version) and adds `headers` to the response.
+    Native { file: Arc<FileEntry>, headers: HeaderMap },
+}
+
+impl From<Response<ResBody>> for Answer {
+    fn from(res: Response<ResBody>) -> Self {
+        Answer::Response(res)
     }
 }
 
@@ -210,8 +237,6 @@ pub struct OriginTier {
     fetch_kib: Arc<Semaphore>,
     fetch_kib_total: u32,
     metrics: OriginMetrics,
-    /// The scheduler, for native downloads of versions with a known tree.
-    driver: DriverHandle,
     /// The scheduler's block size: the unit of native blocks and leaves.
     native_block: u32,
     /// The scheduler's view of each version being served natively, by
@@ -248,41 +273,17 @@ impl BlockSource for OriginBlocks {
     }
 }
 
-/// With an origin, the share of `--cache` the scheduler gets for native
-/// downloads (its blocks are copies of the tier's, counted apart); the
-/// tier keeps the rest.
-pub fn scheduler_share(budget: u64, block: u32) -> u64 {
-    (budget / 4).max(2 * u64::from(block))
-}
-
-/// How `budget` is split: the share for fetches in flight (at least one
-/// read-ahead window) and the rest for the store.
-pub fn split_budget(cfg: &OriginConfig, budget: u64) -> Result<(u64, u64), String> {
-    let window = u64::from(cfg.readahead + 1) * u64::from(cfg.block_size);
-    let fetching = (budget / 8).max(window);
-    if budget < 2 * window {
-        return Err(format!(
-            "a cache of {budget} bytes is too small for origin blocks of {} bytes with {} of read-ahead: give --cache {} or more, or a smaller --origin-block",
-            cfg.block_size,
-            cfg.readahead,
-            2 * window
-        ));
-    }
-    Ok((fetching, budget - fetching))
-}
-
 impl OriginTier {
-    /// `budget` bytes of memory for descriptions, blocks and fetches in
-    /// flight (checked by the config: see [`split_budget`]). Fails on
-    /// origin settings that cannot work.
+    /// A tier keeping `budget.stored` bytes of descriptions and blocks,
+    /// with `budget.fetching` bytes of fetches in flight; native blocks of
+    /// `native_block` bytes. Fails on origin settings that cannot work.
     pub fn new(
         cfg: &OriginConfig,
-        budget: u64,
-        driver: DriverHandle,
+        budget: TierBudget,
         native_block: u32,
         registry: &mut Registry,
-    ) -> Result<Self, String> {
-        let (fetching, stored) = split_budget(cfg, budget).unwrap_or((budget / 2, budget / 2));
+    ) -> Result<Self, SetupError> {
+        let TierBudget { stored, fetching } = budget;
         let fetch_kib_total = u32::try_from(fetching / 1024).unwrap_or(u32::MAX).max(1);
         Ok(OriginTier {
             client: Source::new(&cfg.source, cfg.timeout, cfg.ca_file.as_deref())?,
@@ -296,14 +297,13 @@ impl OriginTier {
             readahead: cfg.readahead,
             slots: Arc::new(Semaphore::new(cfg.max_fetches.max(1))),
             metrics: OriginMetrics::register(registry),
-            driver,
             native_block,
             natives: Mutex::default(),
         })
     }
 
     /// Answers a GET or HEAD for `req`'s target.
-    pub async fn handle<B>(self: &Arc<Self>, req: &Request<B>, head: bool) -> Result<Response<ResBody>, HttpError> {
+    pub async fn handle<B>(self: &Arc<Self>, req: &Request<B>, head: bool) -> Result<Answer, HttpError> {
         // Normalised before anything else: the origin and the store only
         // ever see a target inside the prefix.
         let target = &target::normalize(req.uri().path_and_query().map_or("/", |p| p.as_str()))?;
@@ -325,7 +325,7 @@ impl OriginTier {
                 self.metrics.hits.inc();
                 return Ok(self.respond(&o, h, head, now));
             }
-            return self.relay(target, h, head).await;
+            return self.relay(target, h, head).await.map(Answer::from);
         }
         let found = self.store.object(target, |o| o.selected_by(h));
         let outcome = match found {
@@ -353,13 +353,13 @@ impl OriginTier {
             Lookup::Relay(first) => {
                 let taken = first.lock().expect("relay lock").take();
                 match taken {
-                    Some(res) => Ok(relayed(res, head)),
+                    Some(res) => Ok(relayed(res, head).into()),
                     // Another waiter took the origin's answer: ask again.
-                    None => self.relay(target, h, head).await,
+                    None => self.relay(target, h, head).await.map(Answer::from),
                 }
             }
-            Lookup::Stored(_) | Lookup::NotShared => self.relay(target, h, head).await,
-            Lookup::Failed(e) => Err(HttpError::Origin(e)),
+            Lookup::Stored(_) | Lookup::NotShared => self.relay(target, h, head).await.map(Answer::from),
+            Lookup::Failed(e) => Err(e.into()),
         }
     }
 
@@ -382,7 +382,7 @@ impl OriginTier {
         let body = body.map_err(Into::into).boxed_unsync();
         let res = self.client.send(method.clone(), &target, parts.headers, body).await.map_err(|e| {
             self.metrics.origin_errors.inc();
-            HttpError::Origin(e)
+            HttpError::from(e)
         })?;
         if !method.is_safe() && (res.status.is_success() || res.status.is_redirection()) {
             self.store.forget_object(&target);
@@ -436,10 +436,10 @@ impl OriginTier {
         let response_time = SystemTime::now();
         let status = res.status;
         // Versions are described by the request as the origin saw it.
-        let h = &crate::accept::without_native(h);
+        let h = &circus_http::accept::without_native(h);
         if status == StatusCode::NOT_MODIFIED {
             let Some(s) = stale else {
-                return Lookup::Failed("origin answered 304 to an unconditional request".into());
+                return Lookup::Failed(ReadError::origin("origin answered 304 to an unconditional request"));
             };
             self.metrics.revalidated.inc();
             let fresh = Arc::new(s.refreshed(&res.headers, request_time, response_time));
@@ -454,7 +454,11 @@ impl OriginTier {
         let (size, last_byte) = match status {
             StatusCode::PARTIAL_CONTENT => match content_range(&res.headers) {
                 Some((0, last, size)) => (size, last),
-                _ => return Lookup::Failed("origin sent a Content-Range that does not start the object".into()),
+                _ => {
+                    return Lookup::Failed(ReadError::origin(
+                        "origin sent a Content-Range that does not start the object",
+                    ));
+                }
             },
             StatusCode::OK => {
                 match res.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok()) {
@@ -503,7 +507,7 @@ impl OriginTier {
         if layout.blocks() > 0 {
             let last = layout.block_of(last_byte).expect("in the object");
             if layout.offset(last) + u64::from(layout.block_len(last)) != last_byte + 1 {
-                return Lookup::Failed("origin answered a range that ends inside a block".into());
+                return Lookup::Failed(ReadError::origin("origin answered a range that ends inside a block"));
             }
             let fetches = self.register(&obj, 0, last);
             self.spawn_fetch(obj.clone(), 0, fetches, Some(res));
@@ -561,7 +565,7 @@ impl OriginTier {
         let Some(check) = &obj.integrity else { return Ok(()) };
         loop {
             if let Some(outcome) = check.outcome() {
-                return outcome.map_err(ReadError::changed);
+                return outcome;
             }
             let Some(b) = check.next_needed() else {
                 // The last block is being hashed: its outcome is a moment away.
@@ -573,7 +577,7 @@ impl OriginTier {
                 self.metrics.origin_errors.inc();
                 tracing::warn!(target = %obj.target, error = %e, "origin object failed its digest");
                 self.store.forget_version(&obj.target, obj.version);
-                return Err(ReadError::changed(e));
+                return Err(e);
             }
         }
     }
@@ -606,22 +610,18 @@ impl OriginTier {
         Some(entry)
     }
 
-    /// The native stream of `file` (a version of `obj` with its tree known).
-    fn native(&self, obj: &Object, file: &Arc<FileEntry>, h: &HeaderMap, head: bool) -> Response<ResBody> {
-        let index = file.index_now().expect("made with its index");
-        let mut res = match crate::http::native_response(&self.driver, file, &index, h, head) {
-            Ok(res) => res,
-            Err(e) => return crate::http::error_response(&e),
-        };
-        let rh = res.headers_mut();
-        rh.insert(header::ETAG, HeaderValue::from_str(&file.etag).expect("etag is a header value"));
+    /// The native stream of `file` (a version of `obj` with its tree
+    /// known), with the origin's fields that name the version.
+    fn native(&self, obj: &Object, file: Arc<FileEntry>) -> Answer {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::ETAG, HeaderValue::from_str(&file.etag).expect("etag is a header value"));
         for name in [header::LAST_MODIFIED, HeaderName::from_static("repr-digest")] {
             if let Some(v) = obj.headers.get(&name) {
-                rh.insert(name, v.clone());
+                headers.insert(name, v.clone());
             }
         }
-        rh.insert(header::VARY, HeaderValue::from_static("Accept"));
-        res
+        headers.insert(header::VARY, HeaderValue::from_static("Accept"));
+        Answer::Native { file, headers }
     }
 
     /// Stores an answer of another status than 200 whole, body and all,
@@ -675,7 +675,7 @@ impl OriginTier {
         let (mut read, wait) = (Vec::new(), self.client.timeout());
         loop {
             match tokio::time::timeout(wait, res.body.next()).await {
-                Err(_) => return Lookup::Failed(format!("origin sent nothing for {wait:?}")),
+                Err(_) => return Lookup::Failed(ReadError::origin(format!("origin sent nothing for {wait:?}"))),
                 Ok(Some(Err(e))) => return Lookup::Failed(e),
                 Ok(Some(Ok(chunk))) => read.extend_from_slice(&chunk),
                 Ok(None) => break,
@@ -701,20 +701,21 @@ impl OriginTier {
     }
 
     /// All `len` bytes of a body, each chunk within the origin timeout.
-    async fn read_whole(&self, mut body: source::OriginBody, len: u64) -> Result<Bytes, String> {
+    async fn read_whole(&self, mut body: source::OriginBody, len: u64) -> Result<Bytes, ReadError> {
         let mut out = Vec::with_capacity(len as usize);
         let wait = self.client.timeout();
-        while let Some(chunk) =
-            tokio::time::timeout(wait, body.next()).await.map_err(|_| format!("origin sent nothing for {wait:?}"))?
+        while let Some(chunk) = tokio::time::timeout(wait, body.next())
+            .await
+            .map_err(|_| ReadError::origin(format!("origin sent nothing for {wait:?}")))?
         {
             out.extend_from_slice(&chunk?);
             if out.len() as u64 > len {
-                return Err("origin sent more bytes than its Content-Length".into());
+                return Err(ReadError::origin("origin sent more bytes than its Content-Length"));
             }
         }
         self.metrics.origin_bytes.inc_by(out.len() as u64);
         if (out.len() as u64) < len {
-            return Err(format!("origin closed the body at {} of {len} bytes", out.len()));
+            return Err(ReadError::origin(format!("origin closed the body at {} of {len} bytes", out.len())));
         }
         Ok(out.into())
     }
@@ -802,8 +803,7 @@ impl OriginTier {
             Some(res) => res,
             None => {
                 self.metrics.origin_requests.inc();
-                let res =
-                    self.client.get(&obj.target, &obj.fetch_headers(start, end)).await.map_err(ReadError::origin)?;
+                let res = self.client.get(&obj.target, &obj.fetch_headers(start, end)).await?;
                 let ok = match res.status {
                     StatusCode::PARTIAL_CONTENT => content_range(&res.headers) == Some((start, end, obj.size)),
                     StatusCode::OK => (start, end + 1) == (0, obj.size),
@@ -849,7 +849,7 @@ impl OriginTier {
             .await
             .map_err(|_| ReadError::origin(format!("origin sent nothing for {wait:?}")))?
         {
-            let mut data = chunk.map_err(ReadError::origin)?;
+            let mut data = chunk?;
             self.metrics.origin_bytes.inc_by(data.len() as u64);
             while !data.is_empty() {
                 let Some(fetch) = done.fetches.get(done.next) else {
@@ -873,7 +873,7 @@ impl OriginTier {
         Ok(())
     }
 
-    fn respond(self: &Arc<Self>, obj: &Arc<Object>, h: &HeaderMap, head: bool, now: SystemTime) -> Response<ResBody> {
+    fn respond(self: &Arc<Self>, obj: &Arc<Object>, h: &HeaderMap, head: bool, now: SystemTime) -> Answer {
         let hs = |n| h.get(n).and_then(|v: &HeaderValue| v.to_str().ok());
         // A validator the origin did not give must not take part.
         let v = Validators {
@@ -900,23 +900,23 @@ impl OriginTier {
             if !head {
                 *res.body_mut() = full(obj.body.clone());
             }
-            return res;
+            return res.into();
         }
         match rfc9110::evaluate(&cond, &v) {
             Precondition::NotModified => {
                 *res.status_mut() = StatusCode::NOT_MODIFIED;
-                return res;
+                return res.into();
             }
             Precondition::Failed => {
                 *res.status_mut() = StatusCode::PRECONDITION_FAILED;
-                return res;
+                return res.into();
             }
             Precondition::Proceed => {}
         }
-        if crate::accept::wants_native(h)
+        if circus_http::accept::wants_native(h)
             && let Some(file) = self.native_entry(obj)
         {
-            return self.native(obj, &file, h, head);
+            return self.native(obj, file);
         }
         let size = obj.size;
         // Without validators, an If-Range cannot match: the whole object.
@@ -931,7 +931,7 @@ impl OriginTier {
                 *res.status_mut() = StatusCode::RANGE_NOT_SATISFIABLE;
                 let cr = HeaderValue::from_str(&format!("bytes */{size}")).expect("ASCII");
                 res.headers_mut().insert(header::CONTENT_RANGE, cr);
-                return res;
+                return res.into();
             }
             // Several ranges of an origin object are answered whole (allowed).
             Ranges::Whole | Ranges::Parts(_) if size == 0 => (0, 0),
@@ -947,7 +947,7 @@ impl OriginTier {
         res.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(len));
         res.headers_mut().insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
         if head || len == 0 {
-            return res;
+            return res.into();
         }
         // The hit path for small objects: one resident block, no stream.
         let single = obj.layout.block_of(start) == obj.layout.block_of(end) && obj.trusted();
@@ -956,10 +956,10 @@ impl OriginTier {
         {
             let off = obj.layout.offset(b);
             *res.body_mut() = full(bytes.slice((start - off) as usize..=(end - off) as usize));
-            return res;
+            return res.into();
         }
         *res.body_mut() = body::range(self.clone(), obj.clone(), start, end);
-        res
+        res.into()
     }
 
     /// Forwards the request as it is and relays the answer to this client
@@ -967,9 +967,9 @@ impl OriginTier {
     async fn relay(&self, target: &str, h: &HeaderMap, head: bool) -> Result<Response<ResBody>, HttpError> {
         self.metrics.relayed.inc();
         self.metrics.origin_requests.inc();
-        let res = self.client.get(target, &crate::accept::without_native(h)).await.map_err(|e| {
+        let res = self.client.get(target, &circus_http::accept::without_native(h)).await.map_err(|e| {
             self.metrics.origin_errors.inc();
-            HttpError::Origin(e)
+            HttpError::from(e)
         })?;
         Ok(relayed(res, head))
     }
@@ -981,10 +981,10 @@ impl OriginTier {
 }
 
 /// The client's headers that select a representation (Accept without the
-/// native type: see [`crate::accept::without_native`]), without the ones that ask for a
+/// native type: see [`circus_http::accept::without_native`]), without the ones that ask for a
 /// part or a condition (the tier fetches whole blocks).
 fn forwarded(h: &HeaderMap) -> HeaderMap {
-    let mut fh = crate::accept::without_native(h);
+    let mut fh = circus_http::accept::without_native(h);
     client::strip_hop_by_hop(&mut fh);
     for name in [
         header::RANGE,
@@ -1021,14 +1021,6 @@ fn whole(mut res: OriginResponse, size: u64) -> OriginResponse {
     res
 }
 
-fn empty() -> ResBody {
-    Empty::new().map_err(|never| match never {}).boxed()
-}
-
-fn full(bytes: Bytes) -> ResBody {
-    Full::new(bytes).map_err(|never| match never {}).boxed()
-}
-
 /// The blocks of one origin request; on drop (the fetch task ended, even by
 /// panic), the ones not complete fail, so no waiter waits forever.
 struct Done {
@@ -1058,7 +1050,7 @@ impl Done {
                 )));
             }
             if let Some(Err(e)) = self.integrity.as_ref().and_then(|i| i.record(b, &bytes)) {
-                return Err(ReadError::changed(e));
+                return Err(e);
             }
             if let Some(bytes) = fetch.complete() {
                 self.tier.store.put_block(self.version, b, bytes);

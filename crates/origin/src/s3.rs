@@ -9,8 +9,10 @@
 //! origin request (502 to the client).
 
 use super::source::{OriginResponse, S3Config};
+use crate::SetupError;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
+use circus_store::ReadError;
 use futures_util::{StreamExt, stream};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use object_store::{
@@ -33,15 +35,15 @@ impl S3Origin {
     /// environment variables.
     /// `ca_file`'s certificates (PEM) are trusted beside the system's for
     /// an https endpoint.
-    pub fn new(cfg: &S3Config, timeout: Duration, ca_file: Option<&std::path::Path>) -> Result<Self, String> {
+    pub fn new(cfg: &S3Config, timeout: Duration, ca_file: Option<&std::path::Path>) -> Result<Self, SetupError> {
         // No whole-request timeout: a block run may take long on a slow
         // link; the tier bounds the wait between two chunks instead. Set
         // first: these options also hold allow_http, set below.
         let mut client = ClientOptions::new().with_connect_timeout(timeout).with_timeout_disabled();
         if let Some(path) = ca_file {
-            let pem = std::fs::read(path).map_err(|e| format!("--origin-ca {}: {e}", path.display()))?;
-            let certs =
-                Certificate::from_pem_bundle(&pem).map_err(|e| format!("--origin-ca {}: {e}", path.display()))?;
+            let ca = |why: String| SetupError::CaFile { path: path.to_owned(), why };
+            let pem = std::fs::read(path).map_err(|e| ca(e.to_string()))?;
+            let certs = Certificate::from_pem_bundle(&pem).map_err(|e| ca(e.to_string()))?;
             for cert in certs {
                 client = client.with_root_certificate(cert);
             }
@@ -67,7 +69,10 @@ impl S3Origin {
         // The tier has its own per-chunk timeout and answers 502 to a
         // failed fetch: a few quick retries, not object_store's 3 minutes.
         let retry = RetryConfig { backoff: BackoffConfig::default(), max_retries: 2, retry_timeout: timeout };
-        let store = b.with_retry(retry).build().map_err(|e| format!("S3 origin s3://{}: {e}", cfg.bucket))?;
+        let store = b
+            .with_retry(retry)
+            .build()
+            .map_err(|e| SetupError::S3 { bucket: cfg.bucket.clone(), why: e.to_string() })?;
         Ok(S3Origin { store, prefix: cfg.prefix.clone(), max_age: cfg.max_age, timeout })
     }
 
@@ -77,21 +82,21 @@ impl S3Origin {
 
     /// The object's key for a request target: the path percent-decoded,
     /// under the prefix. The query is not part of the key.
-    fn key(&self, target: &str) -> Result<Path, String> {
+    fn key(&self, target: &str) -> Option<Path> {
         let path = target.split('?').next().unwrap_or("").trim_start_matches('/');
         if path.is_empty() || path.ends_with('/') {
             // A "directory" is no object (and a GET of the bucket lists it).
-            return Err(format!("{target} names no object"));
+            return None;
         }
-        let key = Path::from_url_path(path).map_err(|e| e.to_string())?;
+        let key = Path::from_url_path(path).ok()?;
         if self.prefix.is_empty() {
-            return Ok(key);
+            return Some(key);
         }
-        Path::parse(format!("{}/{key}", self.prefix)).map_err(|e| e.to_string())
+        Path::parse(format!("{}/{key}", self.prefix)).ok()
     }
 
-    pub async fn get(&self, target: &str, h: &HeaderMap) -> Result<OriginResponse, String> {
-        let Ok(key) = self.key(target) else {
+    pub async fn get(&self, target: &str, h: &HeaderMap) -> Result<OriginResponse, ReadError> {
+        let Some(key) = self.key(target) else {
             // A name no key can have (empty, `..`, a trailing /) is not there.
             return Ok(empty(StatusCode::NOT_FOUND));
         };
@@ -99,7 +104,9 @@ impl S3Origin {
         let ranged = opts.range.is_some();
         let res = match tokio::time::timeout(self.timeout, self.store.get_opts(&key, opts)).await {
             Ok(res) => res,
-            Err(_) => return Err(format!("S3 sent no response for {key} within {:?}", self.timeout)),
+            Err(_) => {
+                return Err(ReadError::origin(format!("S3 sent no response for {key} within {:?}", self.timeout)));
+            }
         };
         let got = match res {
             Ok(got) => got,
@@ -111,7 +118,7 @@ impl S3Origin {
             Err(e) if ranged && e.to_string().contains("status code: 416") => {
                 return Ok(empty(StatusCode::RANGE_NOT_SATISFIABLE));
             }
-            Err(e) => return Err(format!("S3 GET {key}: {e}")),
+            Err(e) => return Err(ReadError::origin(format!("S3 GET {key}: {e}"))),
         };
         let mut headers = HeaderMap::new();
         let (range, size) = (got.range.clone(), got.meta.size);
@@ -145,7 +152,7 @@ impl S3Origin {
             let cc = HeaderValue::from_str(&format!("max-age={}", age.as_secs())).expect("ASCII");
             headers.insert(header::CACHE_CONTROL, cc);
         }
-        let body = got.into_stream().map(|r| r.map_err(|e| format!("S3 body: {e}"))).boxed();
+        let body = got.into_stream().map(|r| r.map_err(|e| ReadError::origin(format!("S3 body: {e}")))).boxed();
         Ok(OriginResponse { status, headers, body })
     }
 }
@@ -153,7 +160,7 @@ impl S3Origin {
 fn empty(status: StatusCode) -> OriginResponse {
     let mut headers = HeaderMap::new();
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(0));
-    OriginResponse { status, headers, body: stream::empty::<Result<Bytes, String>>().boxed() }
+    OriginResponse { status, headers, body: stream::empty::<Result<Bytes, ReadError>>().boxed() }
 }
 
 /// The request headers S3 understands, as `GetOptions`. A Range that is not
@@ -208,8 +215,8 @@ mod tests {
         let cfg = S3Config { bucket: "b".into(), prefix: "pre/fix".into(), ..S3Config::default() };
         let o = S3Origin::new(&cfg, Duration::from_secs(1), None).unwrap();
         assert_eq!(o.key("/a%20b/c.bin?x=1").unwrap().as_ref(), "pre/fix/a b/c.bin");
-        assert!(o.key("/a/../b").is_err());
-        assert!(o.key("/").is_err() && o.key("/dir/").is_err());
+        assert!(o.key("/a/../b").is_none());
+        assert!(o.key("/").is_none() && o.key("/dir/").is_none());
         let bare = S3Origin { prefix: String::new(), ..o };
         assert_eq!(bare.key("/c.bin").unwrap().as_ref(), "c.bin");
     }

@@ -11,7 +11,7 @@
 //! those can be trusted to stay inside the prefix. The query is kept as
 //! sent.
 
-use crate::error::HttpError;
+use circus_http::HttpError;
 
 /// `target` (origin-form: path and optional query) normalised.
 pub(crate) fn normalize(target: &str) -> Result<String, HttpError> {

@@ -1,0 +1,29 @@
+//! What every request handler shares, and the served directory's answers
+//! for the hit lane.
+
+use crate::{driver::DriverHandle, files::FileTable, memory::MemoryPlan, metrics, small};
+use circus_http::HitSource;
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+
+/// What every request handler shares.
+#[derive(Debug)]
+pub(crate) struct AppState {
+    pub files: FileTable,
+    pub driver: DriverHandle,
+    pub metrics: Arc<metrics::Metrics>,
+    pub registry: Registry,
+    /// Set with `--origin`: requests go to the caching tier, not the directory.
+    pub origin: Option<Arc<circus_origin::OriginTier>>,
+    /// Whole small local files for the hit lane (no budget with an origin).
+    pub small: Arc<small::SmallFiles>,
+    /// How `--cache` is divided.
+    pub memory: MemoryPlan,
+}
+
+/// The local directory's answers for the hit lane.
+impl HitSource for AppState {
+    fn render(&self, target: &str, head: bool, headers: &[httparse::Header<'_>], out: &mut Vec<u8>) -> bool {
+        self.small.render(&self.files, target, head, headers, out)
+    }
+}
