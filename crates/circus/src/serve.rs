@@ -44,6 +44,10 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long)]
     listen: Option<SocketAddr>,
+    /// Address of the admin listener: /metrics, /status, POST /purge and
+    /// POST /prefetch (off unless given; keep it on loopback).
+    #[arg(long)]
+    admin_listen: Option<SocketAddr>,
     /// TOML file with settings (flags given on the command line win).
     #[arg(long)]
     config: Option<PathBuf>,
@@ -146,6 +150,7 @@ impl ServeArgs {
         }
         let flags = FileConfig {
             listen: self.listen,
+            admin_listen: self.admin_listen,
             cache: self.cache,
             policy: self.policy,
             block: self.block,
@@ -196,6 +201,9 @@ pub fn main(args: ServeArgs) -> anyhow::Result<()> {
         let server = Server::bind(cfg.clone()).await.with_context(|| format!("cannot listen on {}", cfg.listen))?;
         // Tests and scripts read this line to find the port when given :0.
         println!("circus listening on http://{}", server.local_addr());
+        if let Some(admin) = server.admin_addr() {
+            println!("circus admin on http://{admin}");
+        }
         tracing::info!(root = %cfg.root.display(), origin = ?cfg.origin.as_ref().map(|o| o.source.to_string()), cache = %ByteSize(cfg.sched.cache_bytes), policy = ?cfg.sched.policy, "serving");
         server.run(shutdown_signal()).await?;
         Ok(())

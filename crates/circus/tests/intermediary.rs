@@ -520,3 +520,16 @@ fn a_content_range_on_a_whole_200_is_an_ordinary_field() {
     }
     assert_eq!(origin.count("GET", "/odd"), 1);
 }
+
+#[test]
+fn a_head_relayed_to_the_origin_is_sent_as_a_head() {
+    let origin = ScriptedOrigin::start(|req| match req.method.as_str() {
+        "HEAD" => b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nx-seen: head\r\n\r\n".to_vec(),
+        _ => response("200 OK", &[("x-seen", "get")], "hello"),
+    });
+    let tier = origin.tier();
+    // A request with credentials is relayed, not answered from the store.
+    let a = send(&tier.addr, "HEAD", "/private", &[("authorization", "Bearer t")], b"");
+    assert_eq!((a.status, a.header("x-seen"), a.header("content-length")), (200, Some("head"), Some("5")), "{a:?}");
+    assert_eq!((origin.count("HEAD", "/private"), origin.count("GET", "/private")), (1, 0));
+}

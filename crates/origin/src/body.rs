@@ -5,7 +5,8 @@
 //! client with Content-Length sees a short body, never a wrong one. Also the
 //! bodies of relayed (unstored) responses.
 
-use super::{BlockRef, OriginTier, fetch::BlockFetch, object::Object, source::OriginBody};
+use super::{BlockRef, OriginTier, fetch::BlockFetch, metrics, object::Object, source::OriginBody};
+
 use bytes::Bytes;
 use circus_http::{BodyError, ResBody};
 use http_body::Frame;
@@ -52,6 +53,9 @@ impl Cursor {
 
     async fn next(&mut self) -> Option<Result<Bytes, BodyError>> {
         let item = self.next_chunk().await;
+        if let Some(Ok(bytes)) = &item {
+            self.tier.metrics.served(metrics::class(self.obj.size, self.tier.block_size), bytes.len() as u64);
+        }
         if self.verify && self.pos > self.end && matches!(item, Some(Ok(_))) {
             self.verify = false;
             if let Err(e) = self.tier.verified(&self.obj).await {
@@ -115,9 +119,15 @@ pub fn range(tier: Arc<OriginTier>, obj: Arc<Object>, start: u64, end: u64) -> R
     StreamBody::new(stream).boxed()
 }
 
-/// An origin's body relayed as it comes (responses the tier does not store).
-pub fn relayed(body: OriginBody) -> ResBody {
-    Relayed(Mutex::new(body)).boxed()
+/// An origin's body relayed as it comes (responses the tier does not
+/// store), its bytes counted as served.
+pub fn relayed(body: OriginBody, served: impl Fn(u64) + Send + 'static) -> ResBody {
+    let counted = futures_util::StreamExt::inspect(body, move |chunk| {
+        if let Ok(bytes) = chunk {
+            served(bytes.len() as u64);
+        }
+    });
+    Relayed(Mutex::new(futures_util::StreamExt::boxed(counted))).boxed()
 }
 
 /// Response bodies must be `Sync` and origin streams (object_store's) are

@@ -86,6 +86,11 @@ impl OriginClient {
         self.send(Method::GET, path_and_query, headers, no_body()).await
     }
 
+    /// `HEAD base + path_and_query` with `headers`.
+    pub async fn head(&self, path_and_query: &str, headers: &HeaderMap) -> Result<Response<Incoming>, ReadError> {
+        self.send(Method::HEAD, path_and_query, headers.clone(), no_body()).await
+    }
+
     /// `method base + path_and_query` with `headers` (hop-by-hop ones
     /// dropped, Via added) and `body`, streamed as it comes.
     pub async fn send(

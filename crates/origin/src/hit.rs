@@ -40,6 +40,7 @@ impl HitSource for OriginTier {
         }
         out.extend_from_slice(b"\r\n");
         if let Some(bytes) = body {
+            self.metrics.served(crate::metrics::class(obj.size, self.block_size), bytes.len() as u64);
             out.extend_from_slice(&bytes);
         }
         true

@@ -36,6 +36,7 @@ mod fetch;
 mod hit;
 mod integrity;
 mod leaves;
+mod metrics;
 mod object;
 pub mod rfc9111;
 mod s3;
@@ -59,11 +60,9 @@ use fetch::BlockFetch;
 use futures_util::StreamExt;
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::BodyExt;
+use metrics::OriginMetrics;
 pub(crate) use object::Object;
-use prometheus_client::{
-    metrics::{counter::Counter, gauge::Gauge},
-    registry::Registry,
-};
+use prometheus_client::registry::Registry;
 use rfc9111::CacheControl;
 use rustc_hash::FxHashMap;
 use source::{OriginResponse, Source};
@@ -118,53 +117,6 @@ impl OriginConfig {
     }
 }
 
-#[derive(Debug, Default)]
-struct OriginMetrics {
-    hits: Counter,
-    misses: Counter,
-    revalidated: Counter,
-    relayed: Counter,
-    origin_requests: Counter,
-    origin_bytes: Counter,
-    origin_errors: Counter,
-    resident: Gauge,
-}
-
-impl OriginMetrics {
-    fn register(r: &mut Registry) -> Self {
-        let m = OriginMetrics::default();
-        r.register(
-            "circus_origin_hits",
-            "Requests answered from a stored object without asking the origin",
-            m.hits.clone(),
-        );
-        r.register(
-            "circus_origin_misses",
-            "Requests for objects not stored (or not selected by Vary)",
-            m.misses.clone(),
-        );
-        r.register(
-            "circus_origin_revalidated",
-            "Stored objects confirmed by a 304 from the origin",
-            m.revalidated.clone(),
-        );
-        r.register(
-            "circus_origin_relayed",
-            "Requests relayed unstored (private, no-store, credentials)",
-            m.relayed.clone(),
-        );
-        r.register("circus_origin_requests", "Requests sent to the origin", m.origin_requests.clone());
-        r.register(
-            "circus_origin_fetched_bytes",
-            "Body bytes received from the origin for storage",
-            m.origin_bytes.clone(),
-        );
-        r.register("circus_origin_errors", "Origin requests that failed or were cut short", m.origin_errors.clone());
-        r.register("circus_origin_resident_bytes", "Bytes held by the origin tier's store", m.resident.clone());
-        m
-    }
-}
-
 /// What one trip to the origin for a target yields, shared by every
 /// request that waited on it.
 #[derive(Debug, Clone)]
@@ -194,6 +146,15 @@ impl Lookup {
             Lookup::NotShared => false,
         }
     }
+}
+
+/// What an operator purges.
+#[derive(Debug, Clone)]
+pub enum Purge {
+    /// One target (path and query), every representation of it.
+    Target(String),
+    /// Every target whose normalised form starts with this.
+    Prefix(String),
 }
 
 /// What the tier answers a request with.
@@ -236,7 +197,7 @@ pub struct OriginTier {
     /// outside the store, so this share of the budget is set apart for them.
     fetch_kib: Arc<Semaphore>,
     fetch_kib_total: u32,
-    metrics: OriginMetrics,
+    metrics: Arc<OriginMetrics>,
     /// The scheduler's block size: the unit of native blocks and leaves.
     native_block: u32,
     /// The scheduler's view of each version being served natively, by
@@ -296,7 +257,7 @@ impl OriginTier {
             block_size: cfg.block_size,
             readahead: cfg.readahead,
             slots: Arc::new(Semaphore::new(cfg.max_fetches.max(1))),
-            metrics: OriginMetrics::register(registry),
+            metrics: Arc::new(OriginMetrics::register(registry)),
             native_block,
             natives: Mutex::default(),
         })
@@ -353,7 +314,7 @@ impl OriginTier {
             Lookup::Relay(first) => {
                 let taken = first.lock().expect("relay lock").take();
                 match taken {
-                    Some(res) => Ok(relayed(res, head).into()),
+                    Some(res) => Ok(self.relayed(res, head).into()),
                     // Another waiter took the origin's answer: ask again.
                     None => self.relay(target, h, head).await.map(Answer::from),
                 }
@@ -393,7 +354,7 @@ impl OriginTier {
                 }
             }
         }
-        Ok(relayed(res, false))
+        Ok(self.relayed(res, false))
     }
 
     /// Revalidates `stale` while it is served (stale-while-revalidate);
@@ -686,7 +647,7 @@ impl OriginTier {
                 return relay(res);
             }
         }
-        self.metrics.origin_bytes.inc_by(read.len() as u64);
+        self.metrics.fetched(metrics::class(read.len() as u64, self.block_size), read.len() as u64);
         let (version, size) = (self.next_version.fetch_add(1, Ordering::Relaxed), read.len() as u64);
         let blocks = (self.block_size, self.native_block);
         let obj = Object::new(target, version, size, blocks.0, blocks.1, h, &res.headers, request_time, response_time);
@@ -713,7 +674,7 @@ impl OriginTier {
                 return Err(ReadError::origin("origin sent more bytes than its Content-Length"));
             }
         }
-        self.metrics.origin_bytes.inc_by(out.len() as u64);
+        self.metrics.fetched(metrics::class(out.len() as u64, self.block_size), out.len() as u64);
         if (out.len() as u64) < len {
             return Err(ReadError::origin(format!("origin closed the body at {} of {len} bytes", out.len())));
         }
@@ -850,7 +811,7 @@ impl OriginTier {
             .map_err(|_| ReadError::origin(format!("origin sent nothing for {wait:?}")))?
         {
             let mut data = chunk?;
-            self.metrics.origin_bytes.inc_by(data.len() as u64);
+            self.metrics.fetched(metrics::class(obj.size, self.block_size), data.len() as u64);
             while !data.is_empty() {
                 let Some(fetch) = done.fetches.get(done.next) else {
                     return Err(ReadError::origin("origin sent more bytes than asked for"));
@@ -898,6 +859,7 @@ impl OriginTier {
                 res.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(obj.body.len()));
             }
             if !head {
+                self.metrics.served(metrics::class(obj.size, self.block_size), obj.body.len() as u64);
                 *res.body_mut() = full(obj.body.clone());
             }
             return res.into();
@@ -955,6 +917,7 @@ impl OriginTier {
             && let Some(bytes) = self.store.block(obj.version, b)
         {
             let off = obj.layout.offset(b);
+            self.metrics.served(metrics::class(obj.size, self.block_size), len);
             *res.body_mut() = full(bytes.slice((start - off) as usize..=(end - off) as usize));
             return res.into();
         }
@@ -967,11 +930,80 @@ impl OriginTier {
     async fn relay(&self, target: &str, h: &HeaderMap, head: bool) -> Result<Response<ResBody>, HttpError> {
         self.metrics.relayed.inc();
         self.metrics.origin_requests.inc();
-        let res = self.client.get(target, &circus_http::accept::without_native(h)).await.map_err(|e| {
+        let h = &circus_http::accept::without_native(h);
+        let res = if head { self.client.head(target, h).await } else { self.client.get(target, h).await };
+        let res = res.map_err(|e| {
             self.metrics.origin_errors.inc();
             HttpError::from(e)
         })?;
-        Ok(relayed(res, head))
+        Ok(self.relayed(res, head))
+    }
+
+    /// Forgets what is stored for `scope` (a target, or every target under
+    /// a prefix), so the next request asks the origin; how many targets
+    /// were forgotten.
+    pub fn purge(&self, scope: &Purge) -> Result<usize, HttpError> {
+        Ok(match scope {
+            Purge::Target(t) => {
+                let t = target::normalize(t)?;
+                self.store.purge(|stored| stored == t)
+            }
+            Purge::Prefix(p) => {
+                let p = target::normalize(p)?;
+                self.store.purge(|stored| stored.starts_with(&p))
+            }
+        })
+    }
+
+    /// Fetches `target` whole into the store in the background, as a plain
+    /// GET without credentials would find it; errors are logged.
+    pub fn prefetch(self: &Arc<Self>, target: &str) -> Result<(), HttpError> {
+        let target = target::normalize(target)?;
+        let req = Request::head(target.as_str()).body(()).map_err(|_| HttpError::BadRequest("bad target"))?;
+        let tier = self.clone();
+        tokio::spawn(async move {
+            // A HEAD looks the target up (one origin trip on a miss) and
+            // sends no body; the blocks are then fetched in one run.
+            if let Err(e) = tier.handle(&req, true).await {
+                return tracing::warn!(%target, error = %e, "prefetch failed");
+            }
+            let Some(obj) = tier.store.object(&target, |o| o.selected_by(&HeaderMap::new())) else {
+                return tracing::info!(%target, "not prefetched: the origin's answer is not stored");
+            };
+            match tier.fetch_whole(&obj).await {
+                Ok(()) => tracing::info!(%target, bytes = obj.size, "prefetched"),
+                Err(e) => tracing::warn!(%target, error = %e, "prefetch failed"),
+            }
+        });
+        Ok(())
+    }
+
+    /// Every block of `obj` in the store (fetched in runs where missing),
+    /// and its digest checked when the origin gave one.
+    async fn fetch_whole(self: &Arc<Self>, obj: &Arc<Object>) -> Result<(), ReadError> {
+        let layout = obj.layout;
+        if layout.blocks() == 0 || obj.status != StatusCode::OK {
+            return Ok(());
+        }
+        self.ensure(obj, 0, layout.blocks() - 1);
+        for b in 0..layout.blocks() {
+            self.read(obj, layout.offset(b), layout.block_len(b)).await?;
+        }
+        self.verified(obj).await
+    }
+
+    /// An origin's answer as the client gets it: hop-by-hop fields
+    /// dropped, Via added, the body streamed (none for HEAD) and counted.
+    fn relayed(&self, res: OriginResponse, head: bool) -> Response<ResBody> {
+        let OriginResponse { status, mut headers, body } = res;
+        client::strip_hop_by_hop(&mut headers);
+        headers.append(header::VIA, client::VIA);
+        let counters = self.metrics.clone();
+        let body = if head { empty() } else { body::relayed(body, move |n| counters.served(metrics::UNSTORED, n)) };
+        let mut res = Response::new(body);
+        *res.status_mut() = status;
+        *res.headers_mut() = headers;
+        res
     }
 
     /// Publishes the store's size to /metrics.
@@ -998,19 +1030,6 @@ fn forwarded(h: &HeaderMap) -> HeaderMap {
         fh.remove(name);
     }
     fh
-}
-
-/// An origin's answer as the client gets it: hop-by-hop fields dropped,
-/// Via added, the body streamed (none for HEAD).
-fn relayed(res: OriginResponse, head: bool) -> Response<ResBody> {
-    let OriginResponse { status, mut headers, body } = res;
-    client::strip_hop_by_hop(&mut headers);
-    headers.append(header::VIA, client::VIA);
-    let body = if head { empty() } else { body::relayed(body) };
-    let mut res = Response::new(body);
-    *res.status_mut() = status;
-    *res.headers_mut() = headers;
-    res
 }
 
 /// A 206 that holds all `size` bytes of the object, as the 200 it answers.

@@ -139,6 +139,20 @@ impl Source {
         }
     }
 
+    /// `HEAD target`, relayed for a client's HEAD that is not answered
+    /// from the store (a bucket is asked for the object, whose body the
+    /// relay drops).
+    pub async fn head(&self, target: &str, headers: &HeaderMap) -> Result<OriginResponse, ReadError> {
+        match self {
+            Source::Http(c) => {
+                let (parts, _) = c.head(target, headers).await?.into_parts();
+                let body = futures_util::stream::empty().boxed();
+                Ok(OriginResponse { status: parts.status, headers: parts.headers, body })
+            }
+            Source::S3(s) => s.get(target, headers).await,
+        }
+    }
+
     /// Any other method, forwarded with its body. A bucket takes no
     /// writes through the tier: it answers 405.
     pub async fn send(

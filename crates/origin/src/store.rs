@@ -155,6 +155,29 @@ impl Store {
         self.cache.remove(&KeyRef::Meta(target));
     }
 
+    /// Forgets every representation of the targets `purged` picks, and
+    /// their blocks; returns the targets forgotten. Visits every entry:
+    /// an operator's action, not a request's.
+    pub fn purge(&self, purged: impl Fn(&str) -> bool) -> usize {
+        let metas: Vec<(String, Arc<[Arc<Object>]>)> = self
+            .cache
+            .iter()
+            .filter_map(|(k, v)| match (k, v) {
+                (Key::Meta(t), Val::Meta(vs)) if purged(&t) => Some((t, vs)),
+                _ => None,
+            })
+            .collect();
+        for (target, versions) in &metas {
+            self.forget_object(target);
+            for o in versions.iter() {
+                for b in 0..o.layout.blocks() {
+                    self.cache.remove(&KeyRef::Block(o.version, b));
+                }
+            }
+        }
+        metas.len()
+    }
+
     /// Forgets one version of `target` (changed at the origin), keeping
     /// its other representations.
     pub fn forget_version(&self, target: &str, version: u64) {

@@ -10,6 +10,9 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 pub struct ServeConfig {
     pub root: PathBuf,
     pub listen: SocketAddr,
+    /// Where `/metrics`, `/status` and the operators' endpoints (purge,
+    /// prefetch) are served; off unless given.
+    pub admin_listen: Option<SocketAddr>,
     pub sched: SchedConfig,
     /// Connections served at once; more are answered 503 and closed.
     pub max_connections: usize,
@@ -56,6 +59,7 @@ impl ServeConfig {
         ServeConfig {
             root,
             listen: "127.0.0.1:8080".parse().expect("valid address"),
+            admin_listen: None,
             sched: SchedConfig { cache_bytes: 256 << 20, ..SchedConfig::default() },
             max_connections: 10_000,
             // Room for the longest Circus-Need the server parses, and
@@ -86,6 +90,7 @@ impl ServeConfig {
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
     pub listen: Option<SocketAddr>,
+    pub admin_listen: Option<SocketAddr>,
     pub cache: Option<ByteSize>,
     pub policy: Option<PolicyKind>,
     pub block: Option<ByteSize>,
@@ -183,6 +188,9 @@ impl FileConfig {
         set(&mut s.readahead, self.readahead);
         set(&mut s.favor, self.favor);
         set(&mut cfg.listen, self.listen);
+        if let Some(addr) = self.admin_listen {
+            cfg.admin_listen = Some(addr);
+        }
         set(&mut cfg.max_connections, self.max_connections);
         set(&mut cfg.max_header_bytes, self.max_header.map(|b| b.0 as usize));
         set(&mut cfg.io_threads, self.io_threads);

@@ -32,6 +32,7 @@
 //! ```
 
 mod activity;
+mod admin;
 mod arena;
 mod body;
 pub mod config;
@@ -76,6 +77,8 @@ use tokio::{net::TcpListener, sync::Semaphore};
 #[derive(Debug)]
 pub struct Server {
     listener: TcpListener,
+    /// `--admin-listen`: /metrics, /status, purge and prefetch.
+    admin: Option<TcpListener>,
     /// Cache memory that connections send from without copying.
     arena: Option<Arc<arena::Arena>>,
     state: Arc<AppState>,
@@ -99,6 +102,14 @@ impl Server {
                 .map_err(|e| std::io::Error::new(e.kind(), format!("--index-dir {}: {e}", dir.display())))?;
         }
         let listener = TcpListener::bind(cfg.listen).await?;
+        let admin = match cfg.admin_listen {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|e| std::io::Error::new(e.kind(), format!("--admin-listen {addr}: {e}")))?,
+            ),
+            None => None,
+        };
         let mut registry = Registry::default();
         let metrics = Arc::new(metrics::Metrics::register(&mut registry));
         let mut cfg = cfg;
@@ -123,11 +134,16 @@ impl Server {
             None => None,
         };
         let state = Arc::new(AppState { files, driver, metrics, registry, origin, small, memory: plan });
-        Ok(Server { listener, arena, state, cfg })
+        Ok(Server { listener, admin, arena, state, cfg })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.listener.local_addr().expect("bound listener has an address")
+    }
+
+    /// The admin listener's address, when there is one.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().map(|l| l.local_addr().expect("bound listener has an address"))
     }
 
     /// Serves until `shutdown` resolves, then stops accepting and waits up
@@ -152,6 +168,9 @@ impl Server {
         // Tells connections still in the hit lane to close; hyper's are
         // told by `graceful`.
         let (stop, stopping) = tokio::sync::watch::channel(false);
+        if let Some(listener) = self.admin {
+            tokio::spawn(admin::run(listener, self.state.clone(), stopping.clone()));
+        }
         let limits = hitlane::Limits { idle: self.cfg.header_timeout, max_head: self.cfg.max_header_bytes };
         let slots = Arc::new(Semaphore::new(self.cfg.max_connections));
         // Near the cap, each new connection closes the idlest open one.

@@ -49,6 +49,30 @@ pub fn serve_env(args: &[&str], env: &[(&str, &str)]) -> ServerProc {
     server
 }
 
+/// [`serve`] with an admin listener on 127.0.0.1: the server and the admin
+/// listener's address.
+#[allow(dead_code, reason = "each test file compiles this module; only some use the admin listener")]
+pub fn serve_with_admin(args: &[&str]) -> (ServerProc, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_circus"))
+        .arg("serve")
+        .args(args)
+        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        .env("CIRCUS_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start circus serve");
+    let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut lines = [String::new(), String::new()];
+    for line in &mut lines {
+        stdout.read_line(line).expect("address line");
+    }
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    let addr = lines[0].trim().strip_prefix("circus listening on http://").unwrap_or_else(|| panic!("{lines:?}"));
+    let admin = lines[1].trim().strip_prefix("circus admin on http://").unwrap_or_else(|| panic!("{lines:?}"));
+    (ServerProc { child, addr: addr.to_owned() }, admin.to_owned())
+}
+
 /// Reads a response head from `r`: the status and the fields, names
 /// lowercased; a field sent twice fails the test. EOF ends the head.
 #[allow(dead_code, reason = "each test binary compiles this module; not all read raw responses")]

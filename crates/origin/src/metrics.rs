@@ -1,0 +1,103 @@
+//! The origin tier's metrics: requests, origin traffic, and the bytes from
+//! the origin beside the bytes served, by the size class of the object (how
+//! much the tier saves the origin, per kind of object).
+
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
+    registry::Registry,
+};
+
+#[derive(Debug, Default)]
+pub struct OriginMetrics {
+    pub hits: Counter,
+    pub misses: Counter,
+    pub revalidated: Counter,
+    pub relayed: Counter,
+    pub origin_requests: Counter,
+    pub origin_bytes: Counter,
+    pub origin_errors: Counter,
+    pub resident: Gauge,
+    /// Body bytes from the origin, by the class of the object's size.
+    fetched: Family<ClassLabel, Counter>,
+    /// Body bytes sent to clients from the tier, by the same classes.
+    served: Family<ClassLabel, Counter>,
+}
+
+/// An object's class by its size, in origin blocks: `small` (one: the
+/// hit lane's), `medium` (up to 64), `large`; `unstored` for answers the
+/// tier relays without keeping them.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClassLabel {
+    class: &'static str,
+}
+
+/// The class of an object of `size` bytes stored in `block`-byte blocks.
+pub fn class(size: u64, block: u32) -> &'static str {
+    match size.div_ceil(u64::from(block).max(1)) {
+        0 | 1 => "small",
+        2..=64 => "medium",
+        _ => "large",
+    }
+}
+
+/// The class of answers relayed without being stored.
+pub const UNSTORED: &str = "unstored";
+
+impl OriginMetrics {
+    pub fn register(r: &mut Registry) -> Self {
+        let m = OriginMetrics::default();
+        r.register(
+            "circus_origin_hits",
+            "Requests answered from a stored object without asking the origin",
+            m.hits.clone(),
+        );
+        r.register(
+            "circus_origin_misses",
+            "Requests for objects not stored (or not selected by Vary)",
+            m.misses.clone(),
+        );
+        r.register(
+            "circus_origin_revalidated",
+            "Stored objects confirmed by a 304 from the origin",
+            m.revalidated.clone(),
+        );
+        r.register(
+            "circus_origin_relayed",
+            "Requests relayed unstored (private, no-store, credentials)",
+            m.relayed.clone(),
+        );
+        r.register("circus_origin_requests", "Requests sent to the origin", m.origin_requests.clone());
+        r.register(
+            "circus_origin_fetched_bytes",
+            "Body bytes received from the origin for storage",
+            m.origin_bytes.clone(),
+        );
+        r.register("circus_origin_errors", "Origin requests that failed or were cut short", m.origin_errors.clone());
+        r.register("circus_origin_resident_bytes", "Bytes held by the origin tier's store", m.resident.clone());
+        r.register(
+            "circus_origin_class_fetched_bytes",
+            "Body bytes received from the origin, by object size class",
+            m.fetched.clone(),
+        );
+        r.register(
+            "circus_origin_class_served_bytes",
+            "Body bytes the tier sent to clients, by object size class",
+            m.served.clone(),
+        );
+        m
+    }
+}
+
+impl OriginMetrics {
+    /// `n` body bytes of an object of `class` came from the origin.
+    pub fn fetched(&self, class: &'static str, n: u64) {
+        self.origin_bytes.inc_by(n);
+        self.fetched.get_or_create(&ClassLabel { class }).inc_by(n);
+    }
+
+    /// `n` body bytes of an object of `class` went to a client.
+    pub fn served(&self, class: &'static str, n: u64) {
+        self.served.get_or_create(&ClassLabel { class }).inc_by(n);
+    }
+}

@@ -1,0 +1,97 @@
+//! The admin listener (`--admin-listen`): what operators and their
+//! monitoring use, apart from the content. `GET /metrics` and `GET
+//! /status`; with an origin tier, `POST /purge?target=T` or
+//! `?prefix=P` (what is stored for a target, or every target under a
+//! prefix, is forgotten: the next request asks the origin) and `POST
+//! /prefetch?target=T` (the object is fetched whole into the store in the
+//! background: 202 at once). Answers are JSON. Bind it to loopback, or to
+//! a network only operators reach: it has no authentication of its own.
+
+use crate::{observe, state::AppState};
+use circus_http::{HttpError, ResBody, error_response, full};
+use circus_origin::Purge;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use std::{sync::Arc, time::Duration};
+use tokio::net::TcpListener;
+
+/// Serves the admin endpoints on `listener` until `stop` turns true.
+pub async fn run(listener: TcpListener, state: Arc<AppState>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!(error = %e, "admin accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = async { stop.wait_for(|s| *s).await.map(|_| ()) } => return,
+        };
+        let state = state.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let state = state.clone();
+                async move { Ok::<_, std::convert::Infallible>(handle(&state, req).await) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(10))
+                .serve_connection(TokioIo::new(stream), service);
+            let _ = conn.await;
+        });
+    }
+}
+
+async fn handle<B>(state: &Arc<AppState>, req: Request<B>) -> Response<ResBody> {
+    let query = req.uri().query().unwrap_or("");
+    match (req.method(), req.uri().path()) {
+        (&Method::GET, "/metrics") => observe::metrics(state).await,
+        (&Method::GET, "/status") => observe::status(state).await,
+        (&Method::POST, "/purge") => purge(state, query).unwrap_or_else(|e| error_response(&e)),
+        (&Method::POST, "/prefetch") => prefetch(state, query).unwrap_or_else(|e| error_response(&e)),
+        (_, "/metrics" | "/status" | "/purge" | "/prefetch") => status_only(StatusCode::METHOD_NOT_ALLOWED),
+        _ => error_response(&HttpError::NotFound),
+    }
+}
+
+/// The value of `name` in a query string, percent-decoded.
+fn param(query: &str, name: &str) -> Option<String> {
+    form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == name).map(|(_, v)| v.into_owned())
+}
+
+fn tier(state: &AppState) -> Result<&Arc<circus_origin::OriginTier>, HttpError> {
+    state.origin.as_ref().ok_or(HttpError::BadRequest("purge and prefetch apply to an origin tier (serve --origin)"))
+}
+
+fn purge(state: &AppState, query: &str) -> Result<Response<ResBody>, HttpError> {
+    let scope = match (param(query, "target"), param(query, "prefix")) {
+        (Some(t), None) => Purge::Target(t),
+        (None, Some(p)) => Purge::Prefix(p),
+        _ => return Err(HttpError::BadRequest("give ?target=/path or ?prefix=/path/")),
+    };
+    let purged = tier(state)?.purge(&scope)?;
+    Ok(json(StatusCode::OK, serde_json::json!({ "purged": purged })))
+}
+
+fn prefetch(state: &AppState, query: &str) -> Result<Response<ResBody>, HttpError> {
+    let target = param(query, "target").ok_or(HttpError::BadRequest("give ?target=/path"))?;
+    tier(state)?.prefetch(&target)?;
+    Ok(json(StatusCode::ACCEPTED, serde_json::json!({ "prefetching": target })))
+}
+
+fn json(status: StatusCode, value: serde_json::Value) -> Response<ResBody> {
+    let mut res = Response::new(full(format!("{value}\n")));
+    *res.status_mut() = status;
+    res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    res
+}
+
+fn status_only(status: StatusCode) -> Response<ResBody> {
+    let mut res = Response::new(full(""));
+    *res.status_mut() = status;
+    res.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, POST"));
+    res
+}
