@@ -533,3 +533,62 @@ fn a_head_relayed_to_the_origin_is_sent_as_a_head() {
     assert_eq!((a.status, a.header("x-seen"), a.header("content-length")), (200, Some("head"), Some("5")), "{a:?}");
     assert_eq!((origin.count("HEAD", "/private"), origin.count("GET", "/private")), (1, 0));
 }
+
+/// `bytes=A-B` or `bytes=A-` of an object of `size` bytes.
+fn asked_range(range: Option<&str>, size: usize) -> Option<(usize, usize)> {
+    let (a, b) = range?.strip_prefix("bytes=")?.split_once('-')?;
+    let a: usize = a.parse().ok()?;
+    let b = if b.is_empty() { size - 1 } else { b.parse::<usize>().ok()?.min(size - 1) };
+    Some((a, b))
+}
+
+#[test]
+fn a_large_private_object_is_relayed_from_its_first_answer_and_no_byte_is_fetched_twice() {
+    let size = (5 << 20) / 2;
+    let body: Vec<u8> = (0..size).map(|i| (i * 31 % 251) as u8).collect();
+    let served = body.clone();
+    let origin = ScriptedOrigin::start(move |req| {
+        let fields = [("cache-control", "private"), ("etag", "\"v1\""), ("content-type", "application/x-test")];
+        let mut head = String::new();
+        for (n, v) in fields {
+            head += &format!("{n}: {v}\r\n");
+        }
+        let (status, part) = match asked_range(req.header("range"), size) {
+            Some((a, b)) => {
+                head += &format!("content-range: bytes {a}-{b}/{size}\r\n");
+                ("206 Partial Content", &served[a..=b])
+            }
+            None => ("200 OK", &served[..]),
+        };
+        let mut out = format!("HTTP/1.1 {status}\r\n{head}content-length: {}\r\n\r\n", part.len()).into_bytes();
+        out.extend_from_slice(part);
+        out
+    });
+    let tier = origin.tier();
+    let a = get(&tier.addr, "/private.bin", &[]);
+    assert_eq!((a.status, a.header("content-range")), (200, None), "{:?}", a.headers);
+    assert_eq!(a.header("cache-control"), Some("private"));
+    assert!(a.body == body, "the whole object, in order ({} of {size} bytes)", a.body.len());
+    let ranges: Vec<Option<String>> = origin.seen().iter().map(|s| s.header("range").map(str::to_owned)).collect();
+    assert_eq!(ranges, [Some("bytes=0-1048575".to_owned()), Some("bytes=1048576-".to_owned())], "{ranges:?}");
+}
+
+#[test]
+fn the_rest_of_a_relayed_private_object_from_another_version_cuts_the_body() {
+    let size = 3 << 20;
+    let origin = ScriptedOrigin::start(move |req| {
+        // Ignores If-Match, and the object changes after the first part.
+        let (a, b) = asked_range(req.header("range"), size).unwrap_or((0, size - 1));
+        let (etag, byte) = if a == 0 { ("\"v1\"", b'1') } else { ("\"v2\"", b'2') };
+        let head = format!(
+            "HTTP/1.1 206 Partial Content\r\ncache-control: private\r\netag: {etag}\r\ncontent-range: bytes {a}-{b}/{size}\r\ncontent-length: {}\r\n\r\n",
+            b - a + 1
+        );
+        [head.into_bytes(), vec![byte; b - a + 1]].concat()
+    });
+    let tier = origin.tier();
+    let a = get(&tier.addr, "/changing.bin", &[]);
+    assert_eq!(a.status, 200);
+    assert!(a.body.len() < size, "a body of two versions passed as whole");
+    assert!(a.body.iter().all(|&b| b == b'1'), "bytes of the second version were sent");
+}

@@ -31,6 +31,7 @@
 
 mod body;
 mod client;
+mod continued;
 mod error;
 mod fetch;
 mod hit;
@@ -437,7 +438,12 @@ impl OriginTier {
                 StatusCode::OK => relay(res),
                 // The whole object in one part: the answer to the request.
                 _ if last_byte + 1 == size => relay(whole(res, size)),
-                _ => Lookup::NotShared,
+                // The rest follows from the same version, or the request
+                // is relayed as it is.
+                _ => match self.continued(target, h, forwarded(h), res, (last_byte, size)) {
+                    Ok(res) => relay(res),
+                    Err(_) => Lookup::NotShared,
+                },
             };
         }
         let version = self.next_version.fetch_add(1, Ordering::Relaxed);
