@@ -820,7 +820,9 @@ impl OriginTier {
             self.metrics.fetched(metrics::class(obj.size, self.block_size), data.len() as u64);
             while !data.is_empty() {
                 let Some(fetch) = done.fetches.get(done.next) else {
-                    return Err(ReadError::origin("origin sent more bytes than asked for"));
+                    return Err(ReadError::changed(
+                        "origin sent more bytes than its range or length: the object is not what it said",
+                    ));
                 };
                 let want = fetch.len_left();
                 let piece = if data.len() > want { data.split_to(want) } else { std::mem::take(&mut data) };

@@ -129,6 +129,15 @@ impl Source {
         match self {
             Source::Http(c) => {
                 let (parts, body) = c.get(target, headers).await?.into_parts();
+                // Both framings at once may be an attempt at response
+                // splitting, and is handled as an error (RFC 9112 §6.3).
+                if parts.headers.contains_key(header::TRANSFER_ENCODING)
+                    && parts.headers.contains_key(header::CONTENT_LENGTH)
+                {
+                    return Err(ReadError::origin(
+                        "origin framed its response with both Transfer-Encoding and Content-Length",
+                    ));
+                }
                 let body = body
                     .into_data_stream()
                     .map(|r| r.map_err(|e| ReadError::origin(format!("origin body: {e}"))))
