@@ -10,17 +10,26 @@
 //! GETs as readers reach them, one fetch per block (`fetch`). Other
 //! storable statuses are stored whole when small; anything not stored
 //! (private, no-store, a cookie, credentials, an unstorable status) is that
-//! same first answer relayed to its one client. Other methods than GET and
+//! same first answer relayed to its one client (a large one continues
+//! from it). Other methods than GET and
 //! HEAD are forwarded with their bodies and invalidate what is stored.
 //! Whole-object digests the origin gives are checked (`integrity`), so a
 //! version spliced from two of the origin's never passes as whole.
 //!
 //! Parts: `source` (the origin behind one `get`: `client`, the pooled HTTP
-//! client with `tls` for https origins, or `s3`, a bucket through object_store), `object` (a stored version),
-//! `hit` (whole small objects answered by the hit lane, before hyper),
-//! `fetch` (single-flight block fetches), `store` (the byte budget, S3-FIFO
-//! admission via quick_cache), `body` (response bodies), `leaves` (each
-//! version's hash tree, learnt as its blocks pass).
+//! client with `tls` for https origins, or `s3`, a bucket through
+//! object_store), `target` (normalisation: never outside the prefix),
+//! `admit` (what a first answer becomes), `blocks` (single-flight block
+//! fetches, `fetch`, checked as they arrive), `respond` (answers from the
+//! store, and relayed ones), `continued` (a large unstored answer relayed
+//! from its first part), `object` (a stored version), `hit` (whole small
+//! objects answered by the hit lane, before hyper), `store` (the byte
+//! budget, S3-FIFO admission via quick_cache), `body` (response bodies),
+//! `leaves` (each version's hash tree, learnt as its blocks pass),
+//! `integrity` (the origin's whole-object digests), `metrics`.
+//!
+//! The tier never calls into the server: [`OriginTier::handle`] returns an
+//! [`Answer`], a response, or a version to stream natively.
 //!
 //! Native clients (`Accept: application/vnd.circus.blocks`) of a version
 //! whose tree is complete are served like local files: a [`FileEntry`]
@@ -29,6 +38,8 @@
 //! own order, shared across clients. Until the tree is complete they get the
 //! plain response, which the protocol lets every client fall back on.
 
+mod admit;
+mod blocks;
 mod body;
 mod client;
 mod continued;
@@ -39,6 +50,7 @@ mod integrity;
 mod leaves;
 mod metrics;
 mod object;
+mod respond;
 pub mod rfc9111;
 mod s3;
 mod source;
@@ -46,20 +58,15 @@ mod store;
 mod target;
 mod tls;
 
+pub use blocks::OriginBlocks;
 pub use error::SetupError;
 pub use source::{OriginSource, S3Config};
 
 use bytes::Bytes;
-use circus_core::FileId;
-use circus_http::{
-    HttpError, ResBody, empty, full,
-    rfc9110::{self, Conditionals, Precondition, Ranges, Validators},
-};
-use circus_store::{BlockSource, Description, FileEntry, FileIndex, ReadError, ReadFuture};
-use client::content_range;
+use circus_http::{HttpError, ResBody};
+use circus_store::{FileEntry, ReadError};
 use fetch::BlockFetch;
-use futures_util::StreamExt;
-use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, header};
+use http::{HeaderMap, Request, Response, header};
 use http_body_util::BodyExt;
 use metrics::OriginMetrics;
 pub(crate) use object::Object;
@@ -69,10 +76,7 @@ use rustc_hash::FxHashMap;
 use source::{OriginResponse, Source};
 use std::{
     collections::HashMap,
-    sync::{
-        Arc, Mutex, Weak,
-        atomic::{AtomicU64, Ordering},
-    },
+    sync::{Arc, Mutex, Weak, atomic::AtomicU64},
     time::{Duration, SystemTime},
 };
 use store::Store;
@@ -204,35 +208,6 @@ pub struct OriginTier {
     /// The scheduler's view of each version being served natively, by
     /// version; weak, as the entries hold the tier.
     natives: Mutex<FxHashMap<u64, Weak<FileEntry>>>,
-}
-
-/// A version of an origin object as the scheduler reads it: blocks come
-/// from the tier's store or its single-flight fetches.
-#[derive(Debug)]
-pub struct OriginBlocks {
-    tier: Arc<OriginTier>,
-    obj: Arc<Object>,
-}
-
-impl BlockSource for OriginBlocks {
-    /// `len` bytes at `offset` (one native block, within one origin block).
-    fn read_block(&self, offset: u64, len: u32) -> ReadFuture<'_, Bytes> {
-        Box::pin(self.tier.read(&self.obj, offset, len))
-    }
-
-    /// Reads may share the origin block's buffer.
-    fn shares_buffers(&self) -> bool {
-        true
-    }
-
-    fn index(&self) -> ReadFuture<'_, Arc<FileIndex>> {
-        let index = self.index_now().ok_or_else(|| ReadError::internal("an origin version's tree is not known"));
-        Box::pin(async move { index })
-    }
-
-    fn index_now(&self) -> Option<Arc<FileIndex>> {
-        self.obj.leaves.index()
-    }
 }
 
 impl OriginTier {
@@ -376,577 +351,6 @@ impl OriginTier {
         out
     }
 
-    /// Asks for the first block (conditionally when `stale` is given) and
-    /// admits the answer. The body of the first block goes on streaming
-    /// into its block fetch after this returns.
-    async fn first_fetch(self: &Arc<Self>, target: &str, h: &HeaderMap, stale: Option<Arc<Object>>) -> Lookup {
-        let mut fh = forwarded(h);
-        if let Some(s) = &stale {
-            fh.extend(rfc9111::revalidation_headers(&s.headers));
-        }
-        let first_block = format!("bytes=0-{}", self.block_size - 1);
-        fh.insert(header::RANGE, HeaderValue::from_str(&first_block).expect("ASCII"));
-        let request_time = SystemTime::now();
-        self.metrics.origin_requests.inc();
-        let res = match self.client.get(target, &fh).await {
-            Ok(res) => res,
-            Err(e) => {
-                self.metrics.origin_errors.inc();
-                return Lookup::Failed(e);
-            }
-        };
-        let response_time = SystemTime::now();
-        let status = res.status;
-        // Versions are described by the request as the origin saw it.
-        let h = &circus_http::accept::without_native(h);
-        if status == StatusCode::NOT_MODIFIED {
-            let Some(s) = stale else {
-                return Lookup::Failed(ReadError::origin("origin answered 304 to an unconditional request"));
-            };
-            self.metrics.revalidated.inc();
-            let fresh = Arc::new(s.refreshed(&res.headers, request_time, response_time));
-            self.store.put_object(target, fresh.clone());
-            return Lookup::Stored(fresh);
-        }
-        if let Some(s) = &stale {
-            // Changed at the origin: its blocks must not be mixed in.
-            self.store.forget_version(target, s.version);
-        }
-        let relay = |res| Lookup::Relay(Arc::new(Mutex::new(Some(res))));
-        let (size, last_byte) = match status {
-            StatusCode::PARTIAL_CONTENT => match content_range(&res.headers) {
-                Some((0, last, size)) => (size, last),
-                _ => {
-                    return Lookup::Failed(ReadError::origin(
-                        "origin sent a Content-Range that does not start the object",
-                    ));
-                }
-            },
-            StatusCode::OK => {
-                match res.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok()) {
-                    Some(size) => (size, u64::saturating_sub(size, 1)),
-                    None => return self.keep_unsized(target, h, res, request_time, response_time).await,
-                }
-            }
-            // An empty object cannot satisfy bytes=0-N: ask for it plainly.
-            StatusCode::RANGE_NOT_SATISFIABLE => return Lookup::NotShared,
-            // The answer to the request whatever its Range asked.
-            _ => return self.keep_status(target, h, res, request_time, response_time).await,
-        };
-        if rfc9111::storable(h, status, &res.headers).is_err() {
-            return match status {
-                StatusCode::OK => relay(res),
-                // The whole object in one part: the answer to the request.
-                _ if last_byte + 1 == size => relay(whole(res, size)),
-                // The rest follows from the same version, or the request
-                // is relayed as it is.
-                _ => match self.continued(target, h, forwarded(h), res, (last_byte, size)) {
-                    Ok(res) => relay(res),
-                    Err(_) => Lookup::NotShared,
-                },
-            };
-        }
-        let version = self.next_version.fetch_add(1, Ordering::Relaxed);
-        // A part's Content-Range is framing; on a 200 it is the origin's field.
-        let mut fields = res.headers.clone();
-        if status == StatusCode::PARTIAL_CONTENT {
-            fields.remove(header::CONTENT_RANGE);
-        }
-        let obj = Object::new(
-            target,
-            version,
-            size,
-            self.block_size,
-            self.native_block,
-            h,
-            &fields,
-            request_time,
-            response_time,
-        );
-        // A version in one block comes from one response: nothing to splice
-        // (a block fetched again is checked against its leaves), and an
-        // origin's wrong digest must not cut what it sent whole.
-        let expected = integrity::Expected::from_response(status, &res.headers, self.client.is_s3())
-            .filter(|_| obj.layout.blocks() > 1);
-        let integrity = expected.map(|e| Arc::new(integrity::Integrity::new(e, obj.layout)));
-        let obj = Arc::new(Object { integrity, ..obj });
-        let layout = obj.layout;
-        if layout.blocks() > 0 {
-            let last = layout.block_of(last_byte).expect("in the object");
-            if layout.offset(last) + u64::from(layout.block_len(last)) != last_byte + 1 {
-                return Lookup::Failed(ReadError::origin("origin answered a range that ends inside a block"));
-            }
-            let fetches = self.register(&obj, 0, last);
-            self.spawn_fetch(obj.clone(), 0, fetches, Some(res));
-        }
-        self.store.put_object(target, obj.clone());
-        Lookup::Stored(obj)
-    }
-
-    /// Block `b` of `obj`, resident or on its way; starts fetches for it and
-    /// the `readahead` blocks after it that are neither.
-    fn block(self: &Arc<Self>, obj: &Arc<Object>, b: u32, readahead: u32) -> BlockRef {
-        let last = (b + readahead).min(obj.layout.blocks() - 1);
-        if let Some(bytes) = self.store.block(obj.version, b) {
-            if last > b {
-                self.ensure(obj, b + 1, last);
-            }
-            return BlockRef::Ready(bytes);
-        }
-        loop {
-            self.ensure(obj, b, last);
-            if let Some(f) = self.inflight.lock().expect("inflight lock").get(&(obj.version, b)) {
-                return BlockRef::Pending(f.clone());
-            }
-            // Completed between the two looks; if it was evicted at once (a
-            // budget smaller than the readers' spread) the next round claims it.
-            if let Some(bytes) = self.store.block(obj.version, b) {
-                return BlockRef::Ready(bytes);
-            }
-        }
-    }
-
-    /// `len` bytes at `offset` of `obj`, within one of its blocks.
-    async fn read(self: &Arc<Self>, obj: &Arc<Object>, offset: u64, len: u32) -> Result<Bytes, ReadError> {
-        let b = obj
-            .layout
-            .block_of(offset)
-            .ok_or_else(|| ReadError::origin(format!("{}: read past the end", obj.target)))?;
-        let at = (offset - obj.layout.offset(b)) as usize;
-        // The scheduler's reads are the demand: no read-ahead of our own,
-        // whose blocks its out-of-order reads might never come for.
-        match self.block(obj, b, 0) {
-            BlockRef::Ready(bytes) => bytes
-                .get(at..at + len as usize)
-                .map(|part| bytes.slice_ref(part))
-                .ok_or_else(|| ReadError::origin(format!("{}: a native block crosses origin blocks", obj.target))),
-            BlockRef::Pending(fetch) => fetch.range(at, len as usize).await,
-        }
-    }
-
-    /// Checks the whole version against the origin's digest (when it gave
-    /// one), reading the blocks the check still needs (resident, in flight
-    /// or fetched); a mismatch forgets the version. `Ok` without a digest.
-    /// A mismatch is a change: the version's bytes were not one version's.
-    pub(crate) async fn verified(self: &Arc<Self>, obj: &Arc<Object>) -> Result<(), ReadError> {
-        let Some(check) = &obj.integrity else { return Ok(()) };
-        loop {
-            if let Some(outcome) = check.outcome() {
-                return outcome;
-            }
-            let Some(b) = check.next_needed() else {
-                // The last block is being hashed: its outcome is a moment away.
-                tokio::task::yield_now().await;
-                continue;
-            };
-            let bytes = self.read(obj, obj.layout.offset(b), obj.layout.block_len(b)).await?;
-            if let Some(Err(e)) = check.record(b, &bytes) {
-                self.metrics.origin_errors.inc();
-                tracing::warn!(target = %obj.target, error = %e, "origin object failed its digest");
-                self.store.forget_version(&obj.target, obj.version);
-                return Err(e);
-            }
-        }
-    }
-
-    /// The scheduler's entry for `obj`, once its tree is complete: one per
-    /// version while any download or cached block uses it, so that every
-    /// native client of the version shares the scheduler's reads.
-    fn native_entry(self: &Arc<Self>, obj: &Arc<Object>) -> Option<Arc<FileEntry>> {
-        // A tree learnt from blocks not shown to be one version is no tree.
-        let index = obj.leaves.index().filter(|_| obj.trusted())?;
-        let mut natives = self.natives.lock().expect("natives lock");
-        if let Some(entry) = natives.get(&obj.version).and_then(Weak::upgrade) {
-            return Some(entry);
-        }
-        natives.retain(|_, e| e.strong_count() > 0);
-        let blocks = OriginBlocks { tier: self.clone(), obj: obj.clone() };
-        // Local files number theirs from 1; the top bit keeps the two apart.
-        let id = FileId(obj.version | 1 << 63);
-        let content_type = obj.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
-        let described = Description {
-            size: obj.size,
-            modified: obj.last_modified.unwrap_or(SystemTime::UNIX_EPOCH),
-            // Resumes name the version by ETag (If-Range): an origin that
-            // gave none gets one that names this fetched version.
-            etag: obj.etag.clone().unwrap_or_else(|| format!("\"circus-origin-{:x}\"", obj.version)),
-            content_type: content_type.unwrap_or("application/octet-stream").to_owned(),
-        };
-        let entry = Arc::new(FileEntry::new(id, obj.target.clone(), Arc::new(blocks), described, index.block_size));
-        natives.insert(obj.version, Arc::downgrade(&entry));
-        Some(entry)
-    }
-
-    /// The native stream of `file` (a version of `obj` with its tree
-    /// known), with the origin's fields that name the version.
-    fn native(&self, obj: &Object, file: Arc<FileEntry>) -> Answer {
-        let mut headers = HeaderMap::new();
-        headers.insert(header::ETAG, HeaderValue::from_str(&file.etag).expect("etag is a header value"));
-        for name in [header::LAST_MODIFIED, HeaderName::from_static("repr-digest")] {
-            if let Some(v) = obj.headers.get(&name) {
-                headers.insert(name, v.clone());
-            }
-        }
-        headers.insert(header::VARY, HeaderValue::from_static("Accept"));
-        Answer::Native { file, headers }
-    }
-
-    /// Stores an answer of another status than 200 whole, body and all,
-    /// when RFC 9111 allows and its body is at most a block, and relays
-    /// it otherwise.
-    async fn keep_status(
-        &self,
-        target: &str,
-        h: &HeaderMap,
-        res: OriginResponse,
-        request_time: SystemTime,
-        response_time: SystemTime,
-    ) -> Lookup {
-        let len = res.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-        let small = len.is_some_and(|n| n <= u64::from(self.block_size));
-        if !small || rfc9111::storable(h, res.status, &res.headers).is_err() {
-            return Lookup::Relay(Arc::new(Mutex::new(Some(res))));
-        }
-        let (status, headers) = (res.status, res.headers.clone());
-        let body = match self.read_whole(res.body, len.unwrap_or(0)).await {
-            Ok(body) => body,
-            Err(e) => {
-                self.metrics.origin_errors.inc();
-                return Lookup::Failed(e);
-            }
-        };
-        let version = self.next_version.fetch_add(1, Ordering::Relaxed);
-        let size = body.len() as u64;
-        let blocks = (self.block_size, self.native_block);
-        let obj = Object::new(target, version, size, blocks.0, blocks.1, h, &headers, request_time, response_time);
-        let obj = Arc::new(Object { status, body, ..obj });
-        self.store.put_object(target, obj.clone());
-        Lookup::Stored(obj)
-    }
-
-    /// A 200 without Content-Length (chunked, or ended by the close):
-    /// stored as an object of one block when RFC 9111 allows and it ends
-    /// within a block; relayed otherwise, what was read put back in front.
-    async fn keep_unsized(
-        &self,
-        target: &str,
-        h: &HeaderMap,
-        mut res: OriginResponse,
-        request_time: SystemTime,
-        response_time: SystemTime,
-    ) -> Lookup {
-        let relay = |res| Lookup::Relay(Arc::new(Mutex::new(Some(res))));
-        if rfc9111::storable(h, res.status, &res.headers).is_err() {
-            return relay(res);
-        }
-        let (mut read, wait) = (Vec::new(), self.client.timeout());
-        loop {
-            match tokio::time::timeout(wait, res.body.next()).await {
-                Err(_) => return Lookup::Failed(ReadError::origin(format!("origin sent nothing for {wait:?}"))),
-                Ok(Some(Err(e))) => return Lookup::Failed(e),
-                Ok(Some(Ok(chunk))) => read.extend_from_slice(&chunk),
-                Ok(None) => break,
-            }
-            if read.len() > self.block_size as usize {
-                let head = Bytes::from(read);
-                res.body = futures_util::stream::once(async move { Ok(head) }).chain(res.body).boxed();
-                return relay(res);
-            }
-        }
-        self.metrics.fetched(metrics::class(read.len() as u64, self.block_size), read.len() as u64);
-        let (version, size) = (self.next_version.fetch_add(1, Ordering::Relaxed), read.len() as u64);
-        let blocks = (self.block_size, self.native_block);
-        let obj = Object::new(target, version, size, blocks.0, blocks.1, h, &res.headers, request_time, response_time);
-        if size > 0 {
-            let bytes = Bytes::from(read);
-            obj.leaves.record(0, &bytes);
-            self.store.put_block(version, 0, bytes);
-        }
-        let obj = Arc::new(obj);
-        self.store.put_object(target, obj.clone());
-        Lookup::Stored(obj)
-    }
-
-    /// All `len` bytes of a body, each chunk within the origin timeout.
-    async fn read_whole(&self, mut body: source::OriginBody, len: u64) -> Result<Bytes, ReadError> {
-        let mut out = Vec::with_capacity(len as usize);
-        let wait = self.client.timeout();
-        while let Some(chunk) = tokio::time::timeout(wait, body.next())
-            .await
-            .map_err(|_| ReadError::origin(format!("origin sent nothing for {wait:?}")))?
-        {
-            out.extend_from_slice(&chunk?);
-            if out.len() as u64 > len {
-                return Err(ReadError::origin("origin sent more bytes than its Content-Length"));
-            }
-        }
-        self.metrics.fetched(metrics::class(out.len() as u64, self.block_size), out.len() as u64);
-        if (out.len() as u64) < len {
-            return Err(ReadError::origin(format!("origin closed the body at {} of {len} bytes", out.len())));
-        }
-        Ok(out.into())
-    }
-
-    /// Claims the blocks in `first..=last` that are neither resident nor in
-    /// flight, under one lock so that no block gets two fetches, and starts
-    /// one ranged request per run of them.
-    fn ensure(self: &Arc<Self>, obj: &Arc<Object>, first: u32, last: u32) {
-        let mut runs: Vec<(u32, Vec<Arc<BlockFetch>>)> = Vec::new();
-        {
-            let mut inflight = self.inflight.lock().expect("inflight lock");
-            let mut open = false;
-            for b in first..=last {
-                if inflight.contains_key(&(obj.version, b)) || self.store.has_block(obj.version, b) {
-                    open = false;
-                    continue;
-                }
-                let fetch = Arc::new(BlockFetch::new(obj.layout.block_len(b)));
-                inflight.insert((obj.version, b), fetch.clone());
-                match runs.last_mut() {
-                    Some((_, run)) if open => run.push(fetch),
-                    _ => runs.push((b, vec![fetch])),
-                }
-                open = true;
-            }
-        }
-        for (start, fetches) in runs {
-            self.spawn_fetch(obj.clone(), start, fetches, None);
-        }
-    }
-
-    /// Registers fetches for `first..=last` of a version nobody else knows yet.
-    fn register(&self, obj: &Object, first: u32, last: u32) -> Vec<Arc<BlockFetch>> {
-        let mut inflight = self.inflight.lock().expect("inflight lock");
-        (first..=last)
-            .map(|b| {
-                let fetch = Arc::new(BlockFetch::new(obj.layout.block_len(b)));
-                inflight.insert((obj.version, b), fetch.clone());
-                fetch
-            })
-            .collect()
-    }
-
-    fn spawn_fetch(
-        self: &Arc<Self>,
-        obj: Arc<Object>,
-        first: u32,
-        fetches: Vec<Arc<BlockFetch>>,
-        res: Option<OriginResponse>,
-    ) {
-        let tier = self.clone();
-        tokio::spawn(async move {
-            let mut done = Done {
-                tier: tier.clone(),
-                version: obj.version,
-                leaves: obj.leaves.clone(),
-                integrity: obj.integrity.clone(),
-                first,
-                fetches,
-                next: 0,
-            };
-            if let Err(e) = tier.pump(&obj, &mut done, res).await {
-                tier.metrics.origin_errors.inc();
-                tracing::warn!(target = %obj.target, block = first + done.next as u32, error = %e, "origin fetch failed");
-                if e.is_changed() {
-                    // The next request revalidates and fetches the new version.
-                    tier.store.forget_version(&obj.target, obj.version);
-                }
-                done.fail(&e);
-            }
-        });
-    }
-
-    /// Receives the blocks of `done` from the origin into their fetches.
-    async fn pump(&self, obj: &Object, done: &mut Done, res: Option<OriginResponse>) -> Result<(), ReadError> {
-        let layout = obj.layout;
-        let last = done.first + done.fetches.len() as u32 - 1;
-        let (start, end) = (layout.offset(done.first), layout.offset(last) + u64::from(layout.block_len(last)) - 1);
-        // An origin that ignores Range sends a whole object in one fetch:
-        // it takes the whole share rather than wait for more than exists.
-        let kib = u32::try_from((end - start + 1).div_ceil(1024)).unwrap_or(u32::MAX).min(self.fetch_kib_total);
-        let _bytes = self.fetch_kib.acquire_many(kib).await.map_err(|e| ReadError::origin(e.to_string()))?;
-        let _slot = self.slots.acquire().await.map_err(|e| ReadError::origin(e.to_string()))?;
-        let res = match res {
-            Some(res) => res,
-            None => {
-                self.metrics.origin_requests.inc();
-                let res = self.client.get(&obj.target, &obj.fetch_headers(start, end)).await?;
-                let ok = match res.status {
-                    StatusCode::PARTIAL_CONTENT => content_range(&res.headers) == Some((start, end, obj.size)),
-                    StatusCode::OK => (start, end + 1) == (0, obj.size),
-                    StatusCode::PRECONDITION_FAILED => {
-                        return Err(ReadError::changed(format!("origin object changed (412 to bytes={start}-{end})")));
-                    }
-                    s => {
-                        return Err(ReadError::origin(format!(
-                            "origin answered {} to bytes={start}-{end}",
-                            s.as_u16()
-                        )));
-                    }
-                };
-                if !ok {
-                    return Err(ReadError::origin(format!(
-                        "origin answered a different range than bytes={start}-{end}"
-                    )));
-                }
-                // An origin that ignores If-Match (some S3-compatible
-                // servers do) still names the version it sent.
-                let etag = res.headers.get(header::ETAG).and_then(|v| v.to_str().ok());
-                if let (Some(got), Some(want)) = (etag, obj.etag.as_deref())
-                    && got != want
-                {
-                    return Err(ReadError::changed(format!("origin object changed (ETag {got}, stored {want})")));
-                }
-                // What else the origin says about the version must agree too.
-                for name in [header::LAST_MODIFIED, HeaderName::from_static("repr-digest")] {
-                    if let (Some(got), Some(want)) = (res.headers.get(&name), obj.headers.get(&name))
-                        && got != want
-                    {
-                        return Err(ReadError::changed(format!(
-                            "origin object changed ({name} {got:?}, stored {want:?})"
-                        )));
-                    }
-                }
-                res
-            }
-        };
-        let mut body = res.body;
-        let wait = self.client.timeout();
-        while let Some(chunk) = tokio::time::timeout(wait, body.next())
-            .await
-            .map_err(|_| ReadError::origin(format!("origin sent nothing for {wait:?}")))?
-        {
-            let mut data = chunk?;
-            self.metrics.fetched(metrics::class(obj.size, self.block_size), data.len() as u64);
-            while !data.is_empty() {
-                let Some(fetch) = done.fetches.get(done.next) else {
-                    return Err(ReadError::changed(
-                        "origin sent more bytes than its range or length: the object is not what it said",
-                    ));
-                };
-                let want = fetch.len_left();
-                let piece = if data.len() > want { data.split_to(want) } else { std::mem::take(&mut data) };
-                fetch.push(piece);
-                if fetch.len_left() == 0 {
-                    done.complete_next()?;
-                }
-            }
-        }
-        if done.next < done.fetches.len() {
-            let got = done.fetches[done.next].received();
-            return Err(ReadError::origin(format!(
-                "origin closed the body early (block {} has {got} bytes)",
-                done.first as usize + done.next
-            )));
-        }
-        Ok(())
-    }
-
-    fn respond(self: &Arc<Self>, obj: &Arc<Object>, h: &HeaderMap, head: bool, now: SystemTime) -> Answer {
-        let hs = |n| h.get(n).and_then(|v: &HeaderValue| v.to_str().ok());
-        // A validator the origin did not give must not take part.
-        let v = Validators {
-            etag: obj.etag.as_deref().unwrap_or(""),
-            last_modified: obj.last_modified.unwrap_or(SystemTime::UNIX_EPOCH),
-        };
-        let has_etag = obj.etag.is_some();
-        let has_lm = obj.last_modified.is_some();
-        let cond = Conditionals {
-            if_match: hs(header::IF_MATCH).filter(|_| has_etag),
-            if_none_match: hs(header::IF_NONE_MATCH).filter(|_| has_etag),
-            if_modified_since: hs(header::IF_MODIFIED_SINCE).filter(|_| has_lm),
-            if_unmodified_since: hs(header::IF_UNMODIFIED_SINCE).filter(|_| has_lm),
-        };
-        let mut res = Response::new(empty());
-        *res.headers_mut() = obj.headers.clone();
-        res.headers_mut().insert(header::AGE, rfc9111::age_header(&obj.freshness, now));
-        if obj.status != StatusCode::OK {
-            // Stored whole: no part of it, no condition on it.
-            *res.status_mut() = obj.status;
-            if obj.status != StatusCode::NO_CONTENT {
-                res.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(obj.body.len()));
-            }
-            if !head {
-                self.metrics.served(metrics::class(obj.size, self.block_size), obj.body.len() as u64);
-                *res.body_mut() = full(obj.body.clone());
-            }
-            return res.into();
-        }
-        match rfc9110::evaluate(&cond, &v) {
-            Precondition::NotModified => {
-                *res.status_mut() = StatusCode::NOT_MODIFIED;
-                return res.into();
-            }
-            Precondition::Failed => {
-                *res.status_mut() = StatusCode::PRECONDITION_FAILED;
-                return res.into();
-            }
-            Precondition::Proceed => {}
-        }
-        if circus_http::accept::wants_native(h)
-            && let Some(file) = self.native_entry(obj)
-        {
-            return self.native(obj, file);
-        }
-        let size = obj.size;
-        // Without validators, an If-Range cannot match: the whole object.
-        let if_range = hs(header::IF_RANGE);
-        let ranges = if if_range.is_none() || (has_etag || has_lm) && rfc9110::if_range_allows(if_range, &v) {
-            rfc9110::resolve_ranges(hs(header::RANGE), size)
-        } else {
-            Ranges::Whole
-        };
-        let (start, end) = match ranges {
-            Ranges::Unsatisfiable => {
-                *res.status_mut() = StatusCode::RANGE_NOT_SATISFIABLE;
-                let cr = HeaderValue::from_str(&format!("bytes */{size}")).expect("ASCII");
-                res.headers_mut().insert(header::CONTENT_RANGE, cr);
-                return res.into();
-            }
-            // Several ranges of an origin object are answered whole (allowed).
-            Ranges::Whole | Ranges::Parts(_) if size == 0 => (0, 0),
-            Ranges::Parts(r) if r.len() == 1 => {
-                let cr = HeaderValue::from_str(&format!("bytes {}-{}/{size}", r[0].0, r[0].1)).expect("ASCII");
-                res.headers_mut().insert(header::CONTENT_RANGE, cr);
-                *res.status_mut() = StatusCode::PARTIAL_CONTENT;
-                r[0]
-            }
-            Ranges::Whole | Ranges::Parts(_) => (0, size - 1),
-        };
-        let len = if size == 0 { 0 } else { end - start + 1 };
-        res.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(len));
-        res.headers_mut().insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
-        if head || len == 0 {
-            return res.into();
-        }
-        // The hit path for small objects: one resident block, no stream.
-        let single = obj.layout.block_of(start) == obj.layout.block_of(end) && obj.trusted();
-        if let Some(b) = obj.layout.block_of(start).filter(|_| single)
-            && let Some(bytes) = self.store.block(obj.version, b)
-        {
-            let off = obj.layout.offset(b);
-            self.metrics.served(metrics::class(obj.size, self.block_size), len);
-            *res.body_mut() = full(bytes.slice((start - off) as usize..=(end - off) as usize));
-            return res.into();
-        }
-        *res.body_mut() = body::range(self.clone(), obj.clone(), start, end);
-        res.into()
-    }
-
-    /// Forwards the request as it is and relays the answer to this client
-    /// only; nothing is stored.
-    async fn relay(&self, target: &str, h: &HeaderMap, head: bool) -> Result<Response<ResBody>, HttpError> {
-        self.metrics.relayed.inc();
-        self.metrics.origin_requests.inc();
-        let h = &circus_http::accept::without_native(h);
-        let res = if head { self.client.head(target, h).await } else { self.client.get(target, h).await };
-        let res = res.map_err(|e| {
-            self.metrics.origin_errors.inc();
-            HttpError::from(e)
-        })?;
-        Ok(self.relayed(res, head))
-    }
-
     /// Forgets what is stored for `scope` (a target, or every target under
     /// a prefix), so the next request asks the origin; how many targets
     /// were forgotten.
@@ -986,126 +390,8 @@ impl OriginTier {
         Ok(())
     }
 
-    /// Every block of `obj` in the store (fetched in runs where missing),
-    /// and its digest checked when the origin gave one.
-    async fn fetch_whole(self: &Arc<Self>, obj: &Arc<Object>) -> Result<(), ReadError> {
-        let layout = obj.layout;
-        if layout.blocks() == 0 || obj.status != StatusCode::OK {
-            return Ok(());
-        }
-        self.ensure(obj, 0, layout.blocks() - 1);
-        for b in 0..layout.blocks() {
-            self.read(obj, layout.offset(b), layout.block_len(b)).await?;
-        }
-        self.verified(obj).await
-    }
-
-    /// An origin's answer as the client gets it: hop-by-hop fields
-    /// dropped, Via added, the body streamed (none for HEAD) and counted.
-    fn relayed(&self, res: OriginResponse, head: bool) -> Response<ResBody> {
-        let OriginResponse { status, mut headers, body } = res;
-        client::strip_hop_by_hop(&mut headers);
-        headers.append(header::VIA, client::VIA);
-        let counters = self.metrics.clone();
-        let body = if head { empty() } else { body::relayed(body, move |n| counters.served(metrics::UNSTORED, n)) };
-        let mut res = Response::new(body);
-        *res.status_mut() = status;
-        *res.headers_mut() = headers;
-        res
-    }
-
     /// Publishes the store's size to /metrics.
     pub fn observe(&self) {
         self.metrics.resident.set(self.store.used() as i64);
-    }
-}
-
-/// The client's headers that select a representation (Accept without the
-/// native type: see [`circus_http::accept::without_native`]), without the ones that ask for a
-/// part or a condition (the tier fetches whole blocks).
-fn forwarded(h: &HeaderMap) -> HeaderMap {
-    let mut fh = circus_http::accept::without_native(h);
-    client::strip_hop_by_hop(&mut fh);
-    for name in [
-        header::RANGE,
-        header::IF_RANGE,
-        header::IF_MATCH,
-        header::IF_NONE_MATCH,
-        header::IF_MODIFIED_SINCE,
-        header::IF_UNMODIFIED_SINCE,
-        header::CACHE_CONTROL,
-    ] {
-        fh.remove(name);
-    }
-    fh
-}
-
-/// A 206 that holds all `size` bytes of the object, as the 200 it answers.
-fn whole(mut res: OriginResponse, size: u64) -> OriginResponse {
-    res.status = StatusCode::OK;
-    res.headers.remove(header::CONTENT_RANGE);
-    res.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(size));
-    res
-}
-
-/// The blocks of one origin request; on drop (the fetch task ended, even by
-/// panic), the ones not complete fail, so no waiter waits forever.
-struct Done {
-    tier: Arc<OriginTier>,
-    version: u64,
-    leaves: Arc<leaves::Leaves>,
-    integrity: Option<Arc<integrity::Integrity>>,
-    first: u32,
-    fetches: Vec<Arc<BlockFetch>>,
-    /// Index of the block being received.
-    next: usize,
-}
-
-impl Done {
-    /// Checks the block being received (now whole) against what the
-    /// version's other blocks and digest say, then stores it and moves to
-    /// the next. Stored before it leaves `inflight`, so readers find one or
-    /// the other. A block that fails the check fails the fetch before any
-    /// reader sees it complete.
-    fn complete_next(&mut self) -> Result<(), ReadError> {
-        let b = self.first + self.next as u32;
-        let fetch = &self.fetches[self.next];
-        if let Some(bytes) = fetch.assembled() {
-            if !self.leaves.record(b, &bytes) {
-                return Err(ReadError::changed(format!(
-                    "block {b} came again with other bytes: the origin changed the object under the same validators"
-                )));
-            }
-            if let Some(Err(e)) = self.integrity.as_ref().and_then(|i| i.record(b, &bytes)) {
-                return Err(e);
-            }
-            if let Some(bytes) = fetch.complete() {
-                self.tier.store.put_block(self.version, b, bytes);
-            }
-        }
-        self.forget(b, fetch);
-        self.next += 1;
-        Ok(())
-    }
-
-    fn fail(&mut self, why: &ReadError) {
-        while let Some(fetch) = self.fetches.get(self.next) {
-            fetch.fail(why);
-            self.forget(self.first + self.next as u32, fetch);
-            self.next += 1;
-        }
-    }
-
-    fn forget(&self, b: u32, fetch: &Arc<BlockFetch>) {
-        let mut inflight = self.tier.inflight.lock().expect("inflight lock");
-        if inflight.get(&(self.version, b)).is_some_and(|f| Arc::ptr_eq(f, fetch)) {
-            inflight.remove(&(self.version, b));
-        }
-    }
-}
-
-impl Drop for Done {
-    fn drop(&mut self) {
-        self.fail(&ReadError::origin("origin fetch stopped"));
     }
 }

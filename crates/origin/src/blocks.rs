@@ -1,0 +1,343 @@
+//! The blocks of stored versions: resident or on their way, claimed under
+//! one lock so that each has one fetch, received from the origin and
+//! checked (against the version's validators, its leaves and its digest)
+//! before any reader sees them whole; and [`OriginBlocks`], a version as
+//! the scheduler's driver reads it.
+
+use crate::{
+    BlockRef, Object, OriginTier, client::content_range, fetch::BlockFetch, integrity, leaves, metrics,
+    source::OriginResponse,
+};
+use bytes::Bytes;
+use circus_store::{BlockSource, FileIndex, ReadError, ReadFuture};
+use futures_util::StreamExt;
+use http::{HeaderName, StatusCode, header};
+use std::sync::Arc;
+
+impl OriginTier {
+    /// Block `b` of `obj`, resident or on its way; starts fetches for it and
+    /// the `readahead` blocks after it that are neither.
+    pub(crate) fn block(self: &Arc<Self>, obj: &Arc<Object>, b: u32, readahead: u32) -> BlockRef {
+        let last = (b + readahead).min(obj.layout.blocks() - 1);
+        if let Some(bytes) = self.store.block(obj.version, b) {
+            if last > b {
+                self.ensure(obj, b + 1, last);
+            }
+            return BlockRef::Ready(bytes);
+        }
+        loop {
+            self.ensure(obj, b, last);
+            if let Some(f) = self.inflight.lock().expect("inflight lock").get(&(obj.version, b)) {
+                return BlockRef::Pending(f.clone());
+            }
+            // Completed between the two looks; if it was evicted at once (a
+            // budget smaller than the readers' spread) the next round claims it.
+            if let Some(bytes) = self.store.block(obj.version, b) {
+                return BlockRef::Ready(bytes);
+            }
+        }
+    }
+
+    /// `len` bytes at `offset` of `obj`, within one of its blocks.
+    pub(crate) async fn read(self: &Arc<Self>, obj: &Arc<Object>, offset: u64, len: u32) -> Result<Bytes, ReadError> {
+        let b = obj
+            .layout
+            .block_of(offset)
+            .ok_or_else(|| ReadError::origin(format!("{}: read past the end", obj.target)))?;
+        let at = (offset - obj.layout.offset(b)) as usize;
+        // The scheduler's reads are the demand: no read-ahead of our own,
+        // whose blocks its out-of-order reads might never come for.
+        match self.block(obj, b, 0) {
+            BlockRef::Ready(bytes) => bytes
+                .get(at..at + len as usize)
+                .map(|part| bytes.slice_ref(part))
+                .ok_or_else(|| ReadError::origin(format!("{}: a native block crosses origin blocks", obj.target))),
+            BlockRef::Pending(fetch) => fetch.range(at, len as usize).await,
+        }
+    }
+
+    /// Checks the whole version against the origin's digest (when it gave
+    /// one), reading the blocks the check still needs (resident, in flight
+    /// or fetched); a mismatch forgets the version. `Ok` without a digest.
+    /// A mismatch is a change: the version's bytes were not one version's.
+    pub(crate) async fn verified(self: &Arc<Self>, obj: &Arc<Object>) -> Result<(), ReadError> {
+        let Some(check) = &obj.integrity else { return Ok(()) };
+        loop {
+            if let Some(outcome) = check.outcome() {
+                return outcome;
+            }
+            let Some(b) = check.next_needed() else {
+                // The last block is being hashed: its outcome is a moment away.
+                tokio::task::yield_now().await;
+                continue;
+            };
+            let bytes = self.read(obj, obj.layout.offset(b), obj.layout.block_len(b)).await?;
+            if let Some(Err(e)) = check.record(b, &bytes) {
+                self.metrics.origin_errors.inc();
+                tracing::warn!(target = %obj.target, error = %e, "origin object failed its digest");
+                self.store.forget_version(&obj.target, obj.version);
+                return Err(e);
+            }
+        }
+    }
+
+    /// Claims the blocks in `first..=last` that are neither resident nor in
+    /// flight, under one lock so that no block gets two fetches, and starts
+    /// one ranged request per run of them.
+    pub(crate) fn ensure(self: &Arc<Self>, obj: &Arc<Object>, first: u32, last: u32) {
+        let mut runs: Vec<(u32, Vec<Arc<BlockFetch>>)> = Vec::new();
+        {
+            let mut inflight = self.inflight.lock().expect("inflight lock");
+            let mut open = false;
+            for b in first..=last {
+                if inflight.contains_key(&(obj.version, b)) || self.store.has_block(obj.version, b) {
+                    open = false;
+                    continue;
+                }
+                let fetch = Arc::new(BlockFetch::new(obj.layout.block_len(b)));
+                inflight.insert((obj.version, b), fetch.clone());
+                match runs.last_mut() {
+                    Some((_, run)) if open => run.push(fetch),
+                    _ => runs.push((b, vec![fetch])),
+                }
+                open = true;
+            }
+        }
+        for (start, fetches) in runs {
+            self.spawn_fetch(obj.clone(), start, fetches, None);
+        }
+    }
+
+    /// Registers fetches for `first..=last` of a version nobody else knows yet.
+    pub(crate) fn register(&self, obj: &Object, first: u32, last: u32) -> Vec<Arc<BlockFetch>> {
+        let mut inflight = self.inflight.lock().expect("inflight lock");
+        (first..=last)
+            .map(|b| {
+                let fetch = Arc::new(BlockFetch::new(obj.layout.block_len(b)));
+                inflight.insert((obj.version, b), fetch.clone());
+                fetch
+            })
+            .collect()
+    }
+
+    pub(crate) fn spawn_fetch(
+        self: &Arc<Self>,
+        obj: Arc<Object>,
+        first: u32,
+        fetches: Vec<Arc<BlockFetch>>,
+        res: Option<OriginResponse>,
+    ) {
+        let tier = self.clone();
+        tokio::spawn(async move {
+            let mut done = Done {
+                tier: tier.clone(),
+                version: obj.version,
+                leaves: obj.leaves.clone(),
+                integrity: obj.integrity.clone(),
+                first,
+                fetches,
+                next: 0,
+            };
+            if let Err(e) = tier.pump(&obj, &mut done, res).await {
+                tier.metrics.origin_errors.inc();
+                tracing::warn!(target = %obj.target, block = first + done.next as u32, error = %e, "origin fetch failed");
+                if e.is_changed() {
+                    // The next request revalidates and fetches the new version.
+                    tier.store.forget_version(&obj.target, obj.version);
+                }
+                done.fail(&e);
+            }
+        });
+    }
+
+    /// Receives the blocks of `done` from the origin into their fetches.
+    async fn pump(&self, obj: &Object, done: &mut Done, res: Option<OriginResponse>) -> Result<(), ReadError> {
+        let layout = obj.layout;
+        let last = done.first + done.fetches.len() as u32 - 1;
+        let (start, end) = (layout.offset(done.first), layout.offset(last) + u64::from(layout.block_len(last)) - 1);
+        // An origin that ignores Range sends a whole object in one fetch:
+        // it takes the whole share rather than wait for more than exists.
+        let kib = u32::try_from((end - start + 1).div_ceil(1024)).unwrap_or(u32::MAX).min(self.fetch_kib_total);
+        let _bytes = self.fetch_kib.acquire_many(kib).await.map_err(|e| ReadError::origin(e.to_string()))?;
+        let _slot = self.slots.acquire().await.map_err(|e| ReadError::origin(e.to_string()))?;
+        let res = match res {
+            Some(res) => res,
+            None => {
+                self.metrics.origin_requests.inc();
+                let res = self.client.get(&obj.target, &obj.fetch_headers(start, end)).await?;
+                let ok = match res.status {
+                    StatusCode::PARTIAL_CONTENT => content_range(&res.headers) == Some((start, end, obj.size)),
+                    StatusCode::OK => (start, end + 1) == (0, obj.size),
+                    StatusCode::PRECONDITION_FAILED => {
+                        return Err(ReadError::changed(format!("origin object changed (412 to bytes={start}-{end})")));
+                    }
+                    s => {
+                        return Err(ReadError::origin(format!(
+                            "origin answered {} to bytes={start}-{end}",
+                            s.as_u16()
+                        )));
+                    }
+                };
+                if !ok {
+                    return Err(ReadError::origin(format!(
+                        "origin answered a different range than bytes={start}-{end}"
+                    )));
+                }
+                // An origin that ignores If-Match (some S3-compatible
+                // servers do) still names the version it sent.
+                let etag = res.headers.get(header::ETAG).and_then(|v| v.to_str().ok());
+                if let (Some(got), Some(want)) = (etag, obj.etag.as_deref())
+                    && got != want
+                {
+                    return Err(ReadError::changed(format!("origin object changed (ETag {got}, stored {want})")));
+                }
+                // What else the origin says about the version must agree too.
+                for name in [header::LAST_MODIFIED, HeaderName::from_static("repr-digest")] {
+                    if let (Some(got), Some(want)) = (res.headers.get(&name), obj.headers.get(&name))
+                        && got != want
+                    {
+                        return Err(ReadError::changed(format!(
+                            "origin object changed ({name} {got:?}, stored {want:?})"
+                        )));
+                    }
+                }
+                res
+            }
+        };
+        let mut body = res.body;
+        let wait = self.client.timeout();
+        while let Some(chunk) = tokio::time::timeout(wait, body.next())
+            .await
+            .map_err(|_| ReadError::origin(format!("origin sent nothing for {wait:?}")))?
+        {
+            let mut data = chunk?;
+            self.metrics.fetched(metrics::class(obj.size, self.block_size), data.len() as u64);
+            while !data.is_empty() {
+                let Some(fetch) = done.fetches.get(done.next) else {
+                    return Err(ReadError::changed(
+                        "origin sent more bytes than its range or length: the object is not what it said",
+                    ));
+                };
+                let want = fetch.len_left();
+                let piece = if data.len() > want { data.split_to(want) } else { std::mem::take(&mut data) };
+                fetch.push(piece);
+                if fetch.len_left() == 0 {
+                    done.complete_next()?;
+                }
+            }
+        }
+        if done.next < done.fetches.len() {
+            let got = done.fetches[done.next].received();
+            return Err(ReadError::origin(format!(
+                "origin closed the body early (block {} has {got} bytes)",
+                done.first as usize + done.next
+            )));
+        }
+        Ok(())
+    }
+
+    /// Every block of `obj` in the store (fetched in runs where missing),
+    /// and its digest checked when the origin gave one.
+    pub(crate) async fn fetch_whole(self: &Arc<Self>, obj: &Arc<Object>) -> Result<(), ReadError> {
+        let layout = obj.layout;
+        if layout.blocks() == 0 || obj.status != StatusCode::OK {
+            return Ok(());
+        }
+        self.ensure(obj, 0, layout.blocks() - 1);
+        for b in 0..layout.blocks() {
+            self.read(obj, layout.offset(b), layout.block_len(b)).await?;
+        }
+        self.verified(obj).await
+    }
+}
+
+/// A version of an origin object as the scheduler reads it: blocks come
+/// from the tier's store or its single-flight fetches.
+#[derive(Debug)]
+pub struct OriginBlocks {
+    pub(crate) tier: Arc<OriginTier>,
+    pub(crate) obj: Arc<Object>,
+}
+
+impl BlockSource for OriginBlocks {
+    /// `len` bytes at `offset` (one native block, within one origin block).
+    fn read_block(&self, offset: u64, len: u32) -> ReadFuture<'_, Bytes> {
+        Box::pin(self.tier.read(&self.obj, offset, len))
+    }
+
+    /// Reads may share the origin block's buffer.
+    fn shares_buffers(&self) -> bool {
+        true
+    }
+
+    fn index(&self) -> ReadFuture<'_, Arc<FileIndex>> {
+        let index = self.index_now().ok_or_else(|| ReadError::internal("an origin version's tree is not known"));
+        Box::pin(async move { index })
+    }
+
+    fn index_now(&self) -> Option<Arc<FileIndex>> {
+        self.obj.leaves.index()
+    }
+}
+
+/// The blocks of one origin request; on drop (the fetch task ended, even by
+/// panic), the ones not complete fail, so no waiter waits forever.
+struct Done {
+    tier: Arc<OriginTier>,
+    version: u64,
+    leaves: Arc<leaves::Leaves>,
+    integrity: Option<Arc<integrity::Integrity>>,
+    first: u32,
+    fetches: Vec<Arc<BlockFetch>>,
+    /// Index of the block being received.
+    next: usize,
+}
+
+impl Done {
+    /// Checks the block being received (now whole) against what the
+    /// version's other blocks and digest say, then stores it and moves to
+    /// the next. Stored before it leaves `inflight`, so readers find one or
+    /// the other. A block that fails the check fails the fetch before any
+    /// reader sees it complete.
+    fn complete_next(&mut self) -> Result<(), ReadError> {
+        let b = self.first + self.next as u32;
+        let fetch = &self.fetches[self.next];
+        if let Some(bytes) = fetch.assembled() {
+            if !self.leaves.record(b, &bytes) {
+                return Err(ReadError::changed(format!(
+                    "block {b} came again with other bytes: the origin changed the object under the same validators"
+                )));
+            }
+            if let Some(Err(e)) = self.integrity.as_ref().and_then(|i| i.record(b, &bytes)) {
+                return Err(e);
+            }
+            if let Some(bytes) = fetch.complete() {
+                self.tier.store.put_block(self.version, b, bytes);
+            }
+        }
+        self.forget(b, fetch);
+        self.next += 1;
+        Ok(())
+    }
+
+    fn fail(&mut self, why: &ReadError) {
+        while let Some(fetch) = self.fetches.get(self.next) {
+            fetch.fail(why);
+            self.forget(self.first + self.next as u32, fetch);
+            self.next += 1;
+        }
+    }
+
+    fn forget(&self, b: u32, fetch: &Arc<BlockFetch>) {
+        let mut inflight = self.tier.inflight.lock().expect("inflight lock");
+        if inflight.get(&(self.version, b)).is_some_and(|f| Arc::ptr_eq(f, fetch)) {
+            inflight.remove(&(self.version, b));
+        }
+    }
+}
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        self.fail(&ReadError::origin("origin fetch stopped"));
+    }
+}
