@@ -592,3 +592,28 @@ fn the_rest_of_a_relayed_private_object_from_another_version_cuts_the_body() {
     assert!(a.body.len() < size, "a body of two versions passed as whole");
     assert!(a.body.iter().all(|&b| b == b'1'), "bytes of the second version were sent");
 }
+
+#[test]
+fn the_rest_of_a_relayed_private_object_may_come_as_a_whole_200() {
+    let size = 3 << 20;
+    let body: Vec<u8> = (0..size).map(|i| (i * 7 % 253) as u8).collect();
+    let served = body.clone();
+    let origin = ScriptedOrigin::start(move |req| {
+        // Answers the first block as asked, then ignores Range.
+        let head = "cache-control: private\r\netag: \"v1\"\r\n";
+        match asked_range(req.header("range"), size).filter(|&(a, _)| a == 0) {
+            Some((a, b)) => {
+                let part = &served[a..=b];
+                let fields = format!("{head}content-range: bytes {a}-{b}/{size}\r\ncontent-length: {}\r\n", part.len());
+                [format!("HTTP/1.1 206 Partial Content\r\n{fields}\r\n").into_bytes(), part.to_vec()].concat()
+            }
+            None => [format!("HTTP/1.1 200 OK\r\n{head}content-length: {size}\r\n\r\n").into_bytes(), served.clone()]
+                .concat(),
+        }
+    });
+    let tier = origin.tier();
+    let a = get(&tier.addr, "/ignores-range.bin", &[]);
+    assert_eq!(a.status, 200);
+    assert!(a.body == body, "the whole object, in order ({} of {size} bytes)", a.body.len());
+    assert_eq!(origin.count("GET", "/ignores-range.bin"), 2);
+}

@@ -121,7 +121,9 @@ impl OriginTier {
         let obj = Arc::new(Object { integrity, ..obj });
         let layout = obj.layout;
         if layout.blocks() > 0 {
-            let last = layout.block_of(last_byte).expect("in the object");
+            let Some(last) = layout.block_of(last_byte) else {
+                return Lookup::Failed(ReadError::origin("origin answered a range past the object's end"));
+            };
             if layout.offset(last) + u64::from(layout.block_len(last)) != last_byte + 1 {
                 return Lookup::Failed(ReadError::origin("origin answered a range that ends inside a block"));
             }

@@ -236,16 +236,22 @@ impl OriginTier {
         Ok(())
     }
 
-    /// Every block of `obj` in the store (fetched in runs where missing),
-    /// and its digest checked when the origin gave one.
+    /// Every block of `obj` through the store, in order, fetched as a
+    /// reader would fetch them (runs of the read-ahead window, within the
+    /// share for fetches in flight), and its digest checked when the
+    /// origin gave one. An object larger than the store streams through it.
     pub(crate) async fn fetch_whole(self: &Arc<Self>, obj: &Arc<Object>) -> Result<(), ReadError> {
         let layout = obj.layout;
         if layout.blocks() == 0 || obj.status != StatusCode::OK {
             return Ok(());
         }
-        self.ensure(obj, 0, layout.blocks() - 1);
         for b in 0..layout.blocks() {
-            self.read(obj, layout.offset(b), layout.block_len(b)).await?;
+            match self.block(obj, b, self.readahead) {
+                BlockRef::Ready(_) => {}
+                BlockRef::Pending(fetch) => {
+                    fetch.range(0, layout.block_len(b) as usize).await?;
+                }
+            }
         }
         self.verified(obj).await
     }

@@ -34,17 +34,22 @@ impl OriginTier {
             .chain(&[header::IF_MODIFIED_SINCE, header::IF_UNMODIFIED_SINCE])
             .any(|name| request.contains_key(name));
         let etag = first.headers.get(header::ETAG).filter(|e| !e.as_bytes().starts_with(b"W/")).cloned();
-        let Some(etag) = etag.filter(|_| !own_terms) else { return Err(first) };
+        let Some(etag) = etag.filter(|_| !own_terms && size > 0) else { return Err(first) };
         let start = last_byte + 1;
         fh.insert(header::RANGE, HeaderValue::from_str(&format!("bytes={start}-")).expect("ASCII"));
         fh.insert(header::IF_MATCH, etag.clone());
         let (tier, target) = (self.clone(), target.to_owned());
         let rest = stream::once(async move {
             tier.metrics.origin_requests.inc();
-            match tier.client.get(&target, &fh).await {
+            let rest = match tier.client.get(&target, &fh).await {
                 Ok(res) => rest_of(res, &etag, start, size),
-                Err(e) => stream::once(async move { Err(e) }).boxed(),
-            }
+                Err(e) => Err(e),
+            };
+            rest.unwrap_or_else(|e| {
+                tier.metrics.origin_errors.inc();
+                tracing::warn!(%target, error = %e, "the rest of a relayed object failed");
+                stream::once(async move { Err(e) }).boxed()
+            })
         })
         .flatten();
         let OriginResponse { mut headers, body, .. } = first;
@@ -55,14 +60,32 @@ impl OriginTier {
 }
 
 /// The continuation's body if it is `start..size` of the version `etag`
-/// names, else a body that fails at once.
-fn rest_of(res: OriginResponse, etag: &HeaderValue, start: u64, size: u64) -> OriginBody {
-    let same = res.status == StatusCode::PARTIAL_CONTENT
-        && content_range(&res.headers) == Some((start, size - 1, size))
-        && res.headers.get(header::ETAG) == Some(etag);
-    if same {
-        return res.body;
+/// names: a 206 of exactly that range, or a 200 of the whole version (an
+/// origin that ignores Range), whose first `start` bytes are skipped.
+fn rest_of(res: OriginResponse, etag: &HeaderValue, start: u64, size: u64) -> Result<OriginBody, ReadError> {
+    let same_version = res.headers.get(header::ETAG) == Some(etag);
+    let length = res.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    match res.status {
+        StatusCode::PARTIAL_CONTENT if same_version && content_range(&res.headers) == Some((start, size - 1, size)) => {
+            Ok(res.body)
+        }
+        StatusCode::OK if same_version && length == Some(size) => Ok(skip(res.body, start)),
+        status => Err(ReadError::changed(format!(
+            "origin answered the rest of the object with another version or range ({status})"
+        ))),
     }
-    let why = format!("origin answered the rest of the object with another version or range ({})", res.status);
-    stream::once(async move { Err(ReadError::changed(why)) }).boxed()
+}
+
+/// `body` without its first `n` bytes.
+fn skip(body: OriginBody, n: u64) -> OriginBody {
+    body.scan(n, |left, chunk| {
+        let out = chunk.map(|mut bytes| {
+            let cut = (*left).min(bytes.len() as u64);
+            *left -= cut;
+            bytes.split_off(cut as usize)
+        });
+        std::future::ready(Some(out))
+    })
+    .filter(|chunk| std::future::ready(!matches!(chunk, Ok(b) if b.is_empty())))
+    .boxed()
 }

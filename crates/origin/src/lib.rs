@@ -153,12 +153,16 @@ impl Lookup {
     }
 }
 
+/// Prefetches that may run at once.
+const PREFETCHES: usize = 4;
+
 /// What an operator purges.
 #[derive(Debug, Clone)]
 pub enum Purge {
     /// One target (path and query), every representation of it.
     Target(String),
-    /// Every target whose normalised form starts with this.
+    /// Every target whose normalised form starts with this string (end it
+    /// with `/` for a directory: `/img` also names `/img2/`).
     Prefix(String),
 }
 
@@ -198,6 +202,8 @@ pub struct OriginTier {
     block_size: u32,
     readahead: u32,
     slots: Arc<Semaphore>,
+    /// Prefetches running at once (operators' requests beyond are refused).
+    prefetches: Arc<Semaphore>,
     /// Bytes (in KiB permits) of fetches in flight: their buffers are held
     /// outside the store, so this share of the budget is set apart for them.
     fetch_kib: Arc<Semaphore>,
@@ -233,6 +239,7 @@ impl OriginTier {
             block_size: cfg.block_size,
             readahead: cfg.readahead,
             slots: Arc::new(Semaphore::new(cfg.max_fetches.max(1))),
+            prefetches: Arc::new(Semaphore::new(PREFETCHES)),
             metrics: Arc::new(OriginMetrics::register(registry)),
             native_block,
             natives: Mutex::default(),
@@ -357,11 +364,11 @@ impl OriginTier {
     pub fn purge(&self, scope: &Purge) -> Result<usize, HttpError> {
         Ok(match scope {
             Purge::Target(t) => {
-                let t = target::normalize(t)?;
+                let t = target::normalize(&target::encode_for_request(t))?;
                 self.store.purge(|stored| stored == t)
             }
             Purge::Prefix(p) => {
-                let p = target::normalize(p)?;
+                let p = target::normalize(&target::encode_for_request(p))?;
                 self.store.purge(|stored| stored.starts_with(&p))
             }
         })
@@ -370,10 +377,14 @@ impl OriginTier {
     /// Fetches `target` whole into the store in the background, as a plain
     /// GET without credentials would find it; errors are logged.
     pub fn prefetch(self: &Arc<Self>, target: &str) -> Result<(), HttpError> {
-        let target = target::normalize(target)?;
+        let target = target::normalize(&target::encode_for_request(target))?;
+        let Ok(running) = self.prefetches.clone().try_acquire_owned() else {
+            return Err(HttpError::Busy);
+        };
         let req = Request::head(target.as_str()).body(()).map_err(|_| HttpError::BadRequest("bad target"))?;
         let tier = self.clone();
         tokio::spawn(async move {
+            let _running = running;
             // A HEAD looks the target up (one origin trip on a miss) and
             // sends no body; the blocks are then fetched in one run.
             if let Err(e) = tier.handle(&req, true).await {

@@ -170,7 +170,14 @@ impl OriginTier {
         client::strip_hop_by_hop(&mut headers);
         headers.append(header::VIA, client::VIA);
         let counters = self.metrics.clone();
-        let body = if head { empty() } else { body::relayed(body, move |n| counters.served(metrics::UNSTORED, n)) };
+        let body = if head {
+            empty()
+        } else {
+            body::relayed(body, move |n| {
+                counters.fetched(metrics::UNSTORED, n);
+                counters.served(metrics::UNSTORED, n);
+            })
+        };
         let mut res = Response::new(body);
         *res.status_mut() = status;
         *res.headers_mut() = headers;

@@ -58,7 +58,8 @@ impl MemoryPlan {
         let tier = total - scheduler;
         let window = u64::from(o.readahead + 1) * u64::from(o.block_size);
         if tier < 2 * window {
-            let need = (2 * window).div_ceil(3) * 4;
+            // The smallest total whose tier share holds two windows.
+            let need = ((2 * window).div_ceil(3) * 4).max(2 * window + two_blocks);
             return Err(PlanError { total, origin_block: o.block_size, readahead: o.readahead, need });
         }
         let origin_fetches = (tier / 8).max(window);
@@ -106,5 +107,11 @@ mod tests {
         assert!(need >= 10 * MIB * 4 / 3, "{e}");
         assert!(MemoryPlan::new(need, 256 * 1024, Some(&o)).is_ok(), "{e}");
         assert!(MemoryPlan::new(need - 1024 * 1024, 256 * 1024, Some(&o)).is_err());
+        // Scheduler blocks as large as origin blocks: its two-block floor,
+        // not its quarter, decides what is left for the tier.
+        let o = origin(1 << 20, 0);
+        let need = MemoryPlan::new(3 * MIB, 1 << 20, Some(&o)).unwrap_err().need;
+        assert!(MemoryPlan::new(need, 1 << 20, Some(&o)).is_ok(), "{need}");
+        assert!(MemoryPlan::new(need - MIB, 1 << 20, Some(&o)).is_err(), "{need}");
     }
 }

@@ -85,13 +85,15 @@ impl FileEntry {
     /// The hash index if it is ready within `wait`. The build goes on in
     /// the background either way (one per version), so a request that
     /// cannot wait for a large file still starts it.
-    pub async fn index_within(&self, wait: Duration) -> Result<Option<Arc<FileIndex>>, ReadError> {
+    pub async fn index_within(self: &Arc<Self>, wait: Duration) -> Result<Option<Arc<FileIndex>>, ReadError> {
         if let Some(index) = self.index_now() {
             return Ok(Some(index));
         }
-        let source = self.source.clone();
-        // A task of its own: a waiter that gives up must not cancel the build.
-        let build = tokio::spawn(async move { source.index().await });
+        // A task of its own: a waiter that gives up must not cancel the
+        // build. It holds the entry, so a table that lets go of idle
+        // entries keeps this one (and shows its progress) until it is done.
+        let entry = self.clone();
+        let build = tokio::spawn(async move { entry.index().await });
         match tokio::time::timeout(wait, build).await {
             Ok(joined) => joined.map_err(|e| ReadError::internal(format!("index task: {e}")))?.map(Some),
             Err(_) => Ok(None),
