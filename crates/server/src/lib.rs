@@ -49,6 +49,7 @@ mod pacer;
 mod sendfile;
 mod small;
 mod state;
+pub mod tls;
 
 pub use circus_http::HttpError;
 pub use config::{FileConfig, ServeConfig};

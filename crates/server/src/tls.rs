@@ -1,0 +1,154 @@
+//! TLS for the content listener (rustls): certificates and keys from PEM
+//! files, the one to present chosen by the name the client asks for (SNI)
+//! among the names each certificate is valid for, the first one for
+//! clients that name none or an unknown name; ALPN offers h2 and
+//! http/1.1.
+
+use rustls::{
+    ServerConfig,
+    crypto::CryptoProvider,
+    pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject},
+    server::{ClientHello, ResolvesServerCert},
+    sign::CertifiedKey,
+};
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+/// A certificate chain and its private key, as PEM files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// Why the TLS settings cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("{}: {why}", path.display())]
+    File { path: PathBuf, why: String },
+    #[error("{}: the key does not match the certificate ({why})", cert.display())]
+    Mismatch { cert: PathBuf, why: String },
+    #[error("TLS: {0}")]
+    Rustls(#[from] rustls::Error),
+    #[error("no certificate given")]
+    NoCertificate,
+}
+
+/// The server configuration for `pairs` (the first is the default).
+pub fn server_config(pairs: &[CertFiles]) -> Result<Arc<ServerConfig>, TlsError> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let resolver = ByName::load(pairs, &provider)?;
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(resolver));
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Certificates by the DNS names they are valid for.
+#[derive(Debug)]
+struct ByName {
+    by_name: HashMap<String, Arc<CertifiedKey>>,
+    default: Arc<CertifiedKey>,
+}
+
+impl ByName {
+    fn load(pairs: &[CertFiles], provider: &CryptoProvider) -> Result<Self, TlsError> {
+        let mut by_name = HashMap::new();
+        let mut default = None;
+        for pair in pairs {
+            let (key, names) = certified_key(pair, provider)?;
+            let key = Arc::new(key);
+            for name in names {
+                // The first certificate to name a host serves it.
+                by_name.entry(name.to_ascii_lowercase()).or_insert_with(|| key.clone());
+            }
+            default.get_or_insert(key);
+        }
+        Ok(ByName { by_name, default: default.ok_or(TlsError::NoCertificate)? })
+    }
+}
+
+impl ResolvesServerCert for ByName {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let named = hello.server_name().and_then(|n| self.by_name.get(&n.to_ascii_lowercase()));
+        Some(named.unwrap_or(&self.default).clone())
+    }
+}
+
+/// The chain and key of `pair`, checked to belong together, and the DNS
+/// names the end certificate is valid for.
+fn certified_key(pair: &CertFiles, provider: &CryptoProvider) -> Result<(CertifiedKey, Vec<String>), TlsError> {
+    let file_error = |path: &Path, why: String| TlsError::File { path: path.to_owned(), why };
+    let chain = CertificateDer::pem_file_iter(&pair.cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| file_error(&pair.cert, e.to_string()))?;
+    let Some(end) = chain.first() else {
+        return Err(file_error(&pair.cert, "no certificate in it".into()));
+    };
+    let names = webpki::EndEntityCert::try_from(end)
+        .map_err(|e| file_error(&pair.cert, format!("not a usable certificate: {e}")))?
+        .valid_dns_names()
+        .map(str::to_owned)
+        .collect();
+    let key = PrivateKeyDer::from_pem_file(&pair.key).map_err(|e| file_error(&pair.key, e.to_string()))?;
+    let certified = CertifiedKey::from_der(chain, key, provider)
+        .map_err(|e| TlsError::Mismatch { cert: pair.cert.clone(), why: e.to_string() })?;
+    Ok((certified, names))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    /// A self-signed certificate for `names` in `dir`, made with openssl.
+    fn make(dir: &Path, stem: &str, names: &[&str]) -> CertFiles {
+        let (cert, key) = (dir.join(format!("{stem}.pem")), dir.join(format!("{stem}.key")));
+        let san = names.iter().map(|n| format!("DNS:{n}")).collect::<Vec<_>>().join(",");
+        let out = Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"])
+            .args(["-days", "2", "-subj", &format!("/CN={}", names[0]), "-addext", &format!("subjectAltName={san}")])
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .output()
+            .expect("openssl (CI installs it)");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        CertFiles { cert, key }
+    }
+
+    #[test]
+    fn each_certificate_serves_the_names_it_is_valid_for_and_the_first_serves_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = make(dir.path(), "a", &["a.test", "www.a.test"]);
+        let b = make(dir.path(), "b", &["b.test"]);
+        let provider = rustls::crypto::aws_lc_rs::default_provider();
+        let by_name = ByName::load(&[a.clone(), b.clone()], &provider).unwrap();
+        let end = |k: &Arc<CertifiedKey>| k.cert[0].clone();
+        let a_end = end(&by_name.by_name["a.test"]);
+        assert_eq!(end(&by_name.by_name["www.a.test"]), a_end);
+        assert_ne!(end(&by_name.by_name["b.test"]), a_end);
+        assert_eq!(end(&by_name.default), a_end);
+        assert!(server_config(&[a, b]).is_ok());
+    }
+
+    #[test]
+    fn a_key_of_another_certificate_or_a_missing_file_is_refused_with_its_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = make(dir.path(), "a", &["a.test"]);
+        let b = make(dir.path(), "b", &["b.test"]);
+        let crossed = CertFiles { cert: a.cert.clone(), key: b.key.clone() };
+        let e = server_config(&[crossed]).unwrap_err();
+        assert!(matches!(e, TlsError::Mismatch { .. }), "{e}");
+        let missing = CertFiles { cert: dir.path().join("none.pem"), key: a.key };
+        let e = server_config(&[missing]).unwrap_err();
+        assert!(e.to_string().contains("none.pem"), "{e}");
+        assert!(matches!(server_config(&[]), Err(TlsError::NoCertificate)));
+    }
+}
