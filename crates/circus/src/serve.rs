@@ -48,6 +48,13 @@ pub struct ServeArgs {
     /// POST /prefetch (off unless given; keep it on loopback).
     #[arg(long)]
     admin_listen: Option<SocketAddr>,
+    /// Certificate chain (PEM) to serve HTTPS with; repeat for several
+    /// names (chosen by SNI; the first is the default).
+    #[arg(long)]
+    tls_cert: Vec<PathBuf>,
+    /// Private key (PEM) of the --tls-cert at the same place.
+    #[arg(long)]
+    tls_key: Vec<PathBuf>,
     /// TOML file with settings (flags given on the command line win).
     #[arg(long)]
     config: Option<PathBuf>,
@@ -151,6 +158,8 @@ impl ServeArgs {
         let flags = FileConfig {
             listen: self.listen,
             admin_listen: self.admin_listen,
+            tls_cert: Some(self.tls_cert.clone()).filter(|c| !c.is_empty()),
+            tls_key: Some(self.tls_key.clone()).filter(|k| !k.is_empty()),
             cache: self.cache,
             policy: self.policy,
             block: self.block,
@@ -200,7 +209,8 @@ pub fn main(args: ServeArgs) -> anyhow::Result<()> {
     runtime.block_on(async {
         let server = Server::bind(cfg.clone()).await.with_context(|| format!("cannot listen on {}", cfg.listen))?;
         // Tests and scripts read this line to find the port when given :0.
-        println!("circus listening on http://{}", server.local_addr());
+        let scheme = if cfg.tls.is_empty() { "http" } else { "https" };
+        println!("circus listening on {scheme}://{}", server.local_addr());
         if let Some(admin) = server.admin_addr() {
             println!("circus admin on http://{admin}");
         }

@@ -13,6 +13,8 @@ pub struct ServeConfig {
     /// Where `/metrics`, `/status` and the operators' endpoints (purge,
     /// prefetch) are served; off unless given.
     pub admin_listen: Option<SocketAddr>,
+    /// Certificates and keys: the listener speaks HTTPS when given.
+    pub tls: Vec<crate::tls::CertFiles>,
     pub sched: SchedConfig,
     /// Connections served at once; more are answered 503 and closed.
     pub max_connections: usize,
@@ -60,6 +62,7 @@ impl ServeConfig {
             root,
             listen: "127.0.0.1:8080".parse().expect("valid address"),
             admin_listen: None,
+            tls: Vec::new(),
             sched: SchedConfig { cache_bytes: 256 << 20, ..SchedConfig::default() },
             max_connections: 10_000,
             // Room for the longest Circus-Need the server parses, and
@@ -91,6 +94,10 @@ impl ServeConfig {
 pub struct FileConfig {
     pub listen: Option<SocketAddr>,
     pub admin_listen: Option<SocketAddr>,
+    /// Certificate chains (PEM), each with the key at the same place in
+    /// `tls_key`.
+    pub tls_cert: Option<Vec<PathBuf>>,
+    pub tls_key: Option<Vec<PathBuf>>,
     pub cache: Option<ByteSize>,
     pub policy: Option<PolicyKind>,
     pub block: Option<ByteSize>,
@@ -161,6 +168,8 @@ pub enum ConfigError {
     Sched(#[from] circus_sched::ConfigError),
     #[error(transparent)]
     Memory(#[from] crate::memory::PlanError),
+    #[error("{0}")]
+    Tls(&'static str),
 }
 
 impl FileConfig {
@@ -190,6 +199,17 @@ impl FileConfig {
         set(&mut cfg.listen, self.listen);
         if let Some(addr) = self.admin_listen {
             cfg.admin_listen = Some(addr);
+        }
+        match (&self.tls_cert, &self.tls_key) {
+            (None, None) => {}
+            (Some(certs), Some(keys)) if certs.len() == keys.len() => {
+                cfg.tls = certs
+                    .iter()
+                    .zip(keys)
+                    .map(|(cert, key)| crate::tls::CertFiles { cert: cert.clone(), key: key.clone() })
+                    .collect();
+            }
+            _ => return Err(ConfigError::Tls("give one --tls-key for each --tls-cert, in the same order")),
         }
         set(&mut cfg.max_connections, self.max_connections);
         set(&mut cfg.max_header_bytes, self.max_header.map(|b| b.0 as usize));

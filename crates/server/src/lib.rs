@@ -78,6 +78,8 @@ use tokio::{net::TcpListener, sync::Semaphore};
 #[derive(Debug)]
 pub struct Server {
     listener: TcpListener,
+    /// With `--tls-cert`/`--tls-key`: the listener speaks HTTPS only.
+    tls: Option<Arc<rustls::ServerConfig>>,
     /// `--admin-listen`: /metrics, /status, purge and prefetch.
     admin: Option<TcpListener>,
     /// Cache memory that connections send from without copying.
@@ -135,7 +137,13 @@ impl Server {
             None => None,
         };
         let state = Arc::new(AppState { files, driver, metrics, registry, origin, small, memory: plan });
-        Ok(Server { listener, admin, arena, state, cfg })
+        let tls = match &cfg.tls {
+            certs if certs.is_empty() => None,
+            certs => Some(
+                tls::server_config(certs).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?,
+            ),
+        };
+        Ok(Server { listener, tls, admin, arena, state, cfg })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -224,7 +232,8 @@ impl Server {
             let answered = metrics.requests.get_or_create(&metrics::StatusLabel { code: 200 }).clone();
             let activity = activity::Activity::new();
             let registration = open.register(&activity);
-            let conn = Connection { state, lane, limits, stopping, answered, busy, builder, arena, activity };
+            let tls = self.tls.clone().map(tokio_rustls::TlsAcceptor::from);
+            let conn = Connection { state, lane, limits, stopping, answered, busy, builder, arena, activity, tls };
             tokio::spawn(async move {
                 metrics.connections.inc();
                 // The watchdog closes the connection by dropping it
@@ -268,13 +277,16 @@ struct Connection {
     builder: Arc<auto::Builder<TokioExecutor>>,
     arena: Option<Arc<arena::Arena>>,
     activity: Arc<activity::Activity>,
+    /// HTTPS: the handshake first, then hyper (no hit lane, no sendfile).
+    tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 impl Connection {
     /// The hit lane first, then hyper for the rest of the connection's life.
     async fn serve(self, stream: tokio::net::TcpStream, watcher: hyper_util::server::graceful::Watcher) {
-        let Connection { state, lane, limits, stopping, answered, busy, builder, arena, activity } = self;
+        let Connection { state, lane, limits, stopping, answered, busy, builder, arena, activity, tls } = self;
         let peer = stream.peer_addr().ok();
+        let lane = lane.filter(|_| tls.is_none());
         let (stream, unread) = match lane {
             None => (stream, Bytes::new()),
             Some(tier) => match hitlane::run(stream, &*tier, limits, stopping, &answered, &activity).await {
@@ -298,9 +310,22 @@ impl Connection {
                 Ok::<_, std::convert::Infallible>(res.map(|body| activity::Counted::new(body, in_flight)))
             })
         });
-        let io = TokioIo::new(SendfileStream::new(stream, arena).with_unread(unread).with_activity(activity));
-        let conn = builder.serve_connection(io, service).into_owned();
-        if let Err(e) = watcher.watch(conn).await {
+        let served = match tls {
+            None => {
+                let io = TokioIo::new(SendfileStream::new(stream, arena).with_unread(unread).with_activity(activity));
+                watcher.watch(builder.serve_connection(io, service).into_owned()).await
+            }
+            Some(acceptor) => {
+                // The stamps keep the watchdog informed during the handshake too.
+                let plain = SendfileStream::new(stream, None).with_activity(activity);
+                let Ok(Ok(encrypted)) = tokio::time::timeout(limits.idle, acceptor.accept(plain)).await else {
+                    return tracing::debug!(?peer, "TLS handshake failed or timed out");
+                };
+                let io = TokioIo::new(encrypted);
+                watcher.watch(builder.serve_connection(io, service).into_owned()).await
+            }
+        };
+        if let Err(e) = served {
             tracing::debug!(?peer, error = %e, "connection ended with an error");
         }
     }
