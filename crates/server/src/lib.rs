@@ -139,9 +139,9 @@ impl Server {
         let state = Arc::new(AppState { files, driver, metrics, registry, origin, small, memory: plan });
         let tls = match &cfg.tls {
             certs if certs.is_empty() => None,
-            certs => Some(
-                tls::server_config(certs).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?,
-            ),
+            certs => {
+                Some(tls::server_config(certs).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?)
+            }
         };
         Ok(Server { listener, tls, admin, arena, state, cfg })
     }

@@ -1,0 +1,91 @@
+//! `circus serve --tls-cert --tls-key` speaking HTTPS to curl: the
+//! certificate for the name the client asks for (SNI), h2 and http/1.1 by
+//! ALPN, and no plain HTTP on the TLS port. Certificates are made by the
+//! test with openssl; curl is the client (both installed by CI).
+
+use std::{
+    io::{BufRead, BufReader},
+    path::Path,
+    process::{Child, Command, Output, Stdio},
+};
+
+struct Served(Child);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e} (CI installs openssl and curl)"))
+}
+
+/// A self-signed certificate for `name` in `dir`: (cert, key).
+fn certificate(dir: &Path, name: &str) -> (String, String) {
+    let (cert, key) = (dir.join(format!("{name}.pem")), dir.join(format!("{name}.key")));
+    let out = run(Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
+        .args(["-subj", &format!("/CN={name}"), "-addext", &format!("subjectAltName=DNS:{name}")])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    (cert.to_str().unwrap().to_owned(), key.to_str().unwrap().to_owned())
+}
+
+/// `circus serve ROOT` with the certificates, and its port.
+fn serve(root: &Path, pairs: &[&(String, String)]) -> (Served, u16) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_circus"));
+    cmd.arg("serve").arg(root).args(["--listen", "127.0.0.1:0"]);
+    for (cert, key) in pairs {
+        cmd.args(["--tls-cert", cert, "--tls-key", key]);
+    }
+    let mut child = cmd.env("CIRCUS_LOG", "warn").stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    let addr = line.trim().strip_prefix("circus listening on https://").unwrap_or_else(|| panic!("{line:?}"));
+    (Served(child), addr.rsplit(':').next().unwrap().parse().unwrap())
+}
+
+/// curl for `https://NAME:PORT/PATH` (NAME resolved to 127.0.0.1),
+/// trusting only `ca`: the body and the HTTP version, or curl's error.
+fn curl(name: &str, port: u16, path: &str, ca: &str, extra: &[&str]) -> Result<(String, String), String> {
+    let out = run(Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--cacert", ca, "--resolve", &format!("{name}:{port}:127.0.0.1")])
+        .args(extra)
+        .args(["-w", "\n%{http_version}", &format!("https://{name}:{port}{path}")]));
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let text = String::from_utf8(out.stdout).unwrap();
+    let (body, version) = text.rsplit_once('\n').unwrap();
+    Ok((body.to_owned(), version.to_owned()))
+}
+
+#[test]
+fn each_name_gets_its_certificate_over_http1_and_h2() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join("f.txt"), "over tls\n").unwrap();
+    let (a, b) = (certificate(dir.path(), "a.test"), certificate(dir.path(), "b.test"));
+    let (_server, port) = serve(&root, &[&a, &b]);
+    for (name, pair) in [("a.test", &a), ("b.test", &b)] {
+        let got = curl(name, port, "/f.txt", &pair.0, &["--http1.1"]);
+        assert_eq!(got, Ok(("over tls\n".to_owned(), "1.1".to_owned())), "{name}");
+        let got = curl(name, port, "/f.txt", &pair.0, &["--http2"]);
+        assert_eq!(got, Ok(("over tls\n".to_owned(), "2".to_owned())), "{name}");
+    }
+    // The other name's certificate is not trusted for this one.
+    assert!(curl("b.test", port, "/f.txt", &a.0, &[]).is_err());
+    // An unknown name gets the first certificate.
+    assert!(curl("c.test", port, "/f.txt", &a.0, &["--insecure"]).is_ok());
+    // No plain HTTP on the TLS port.
+    let plain = run(Command::new("curl").args(["-sS", "--max-time", "5", &format!("http://127.0.0.1:{port}/f.txt")]));
+    assert!(!plain.status.success() || !String::from_utf8_lossy(&plain.stdout).contains("over tls"));
+}
