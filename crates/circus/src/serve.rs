@@ -211,6 +211,9 @@ pub fn main(args: ServeArgs) -> anyhow::Result<()> {
         // Tests and scripts read this line to find the port when given :0.
         let scheme = if cfg.tls.is_empty() { "http" } else { "https" };
         println!("circus listening on {scheme}://{}", server.local_addr());
+        if let Some(certs) = server.certificates() {
+            tokio::spawn(reload_on_hangup(certs));
+        }
         if let Some(admin) = server.admin_addr() {
             println!("circus admin on http://{admin}");
         }
@@ -218,6 +221,18 @@ pub fn main(args: ServeArgs) -> anyhow::Result<()> {
         server.run(shutdown_signal()).await?;
         Ok(())
     })
+}
+
+/// Reloads the certificates on each SIGHUP; open connections are kept.
+async fn reload_on_hangup(certs: std::sync::Arc<circus_server::tls::Certificates>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else { return };
+    while hangups.recv().await.is_some() {
+        match certs.reload() {
+            Ok(()) => tracing::info!("certificates reloaded"),
+            Err(e) => tracing::error!(error = %e, "certificates not reloaded; the ones in use stay"),
+        }
+    }
 }
 
 async fn shutdown_signal() {

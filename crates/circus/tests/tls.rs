@@ -89,3 +89,39 @@ fn each_name_gets_its_certificate_over_http1_and_h2() {
     let plain = run(Command::new("curl").args(["-sS", "--max-time", "5", &format!("http://127.0.0.1:{port}/f.txt")]));
     assert!(!plain.status.success() || !String::from_utf8_lossy(&plain.stdout).contains("over tls"));
 }
+
+#[test]
+fn sighup_reloads_the_certificates_without_dropping_a_download() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let big: Vec<u8> = (0..4u32 << 20).map(|i| (i % 251) as u8).collect();
+    std::fs::write(root.join("big.bin"), &big).unwrap();
+    let old = certificate(dir.path(), "a.test");
+    let kept_ca = dir.path().join("old-ca.pem");
+    std::fs::copy(&old.0, &kept_ca).unwrap();
+    let (server, port) = serve(&root, &[&old]);
+    // A slow download under the old certificate, running across the reload.
+    let out = dir.path().join("got.bin");
+    let mut download = Command::new("curl")
+        .args(["-sS", "--max-time", "30", "--limit-rate", "1M", "--cacert", kept_ca.to_str().unwrap()])
+        .args(["--resolve", &format!("a.test:{port}:127.0.0.1"), "-o", out.to_str().unwrap()])
+        .arg(format!("https://a.test:{port}/big.bin"))
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    // New key and certificate under the same file names, then SIGHUP.
+    let new_dir = dir.path().join("new");
+    std::fs::create_dir(&new_dir).unwrap();
+    let new = certificate(&new_dir, "a.test");
+    std::fs::copy(&new.0, &old.0).unwrap();
+    std::fs::copy(&new.1, &old.1).unwrap();
+    let hup = run(Command::new("kill").args(["-HUP", &server.0.id().to_string()]));
+    assert!(hup.status.success());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let got = curl("a.test", port, "/big.bin", &new.0, &["-o", "/dev/null"]);
+    assert!(got.is_ok(), "the new certificate is served after SIGHUP: {got:?}");
+    assert!(curl("a.test", port, "/big.bin", kept_ca.to_str().unwrap(), &["-o", "/dev/null"]).is_err());
+    assert!(download.wait().unwrap().success(), "the download across the reload failed");
+    assert!(std::fs::read(&out).unwrap() == big, "the download across the reload is not the file");
+}

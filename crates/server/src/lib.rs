@@ -79,7 +79,7 @@ use tokio::{net::TcpListener, sync::Semaphore};
 pub struct Server {
     listener: TcpListener,
     /// With `--tls-cert`/`--tls-key`: the listener speaks HTTPS only.
-    tls: Option<Arc<rustls::ServerConfig>>,
+    tls: Option<Arc<tls::Certificates>>,
     /// `--admin-listen`: /metrics, /status, purge and prefetch.
     admin: Option<TcpListener>,
     /// Cache memory that connections send from without copying.
@@ -139,15 +139,21 @@ impl Server {
         let state = Arc::new(AppState { files, driver, metrics, registry, origin, small, memory: plan });
         let tls = match &cfg.tls {
             certs if certs.is_empty() => None,
-            certs => {
-                Some(tls::server_config(certs).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?)
-            }
+            certs => Some(Arc::new(
+                tls::Certificates::load(certs).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?,
+            )),
         };
         Ok(Server { listener, tls, admin, arena, state, cfg })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.listener.local_addr().expect("bound listener has an address")
+    }
+
+    /// The certificates served, for reloading them (SIGHUP), when the
+    /// listener speaks HTTPS.
+    pub fn certificates(&self) -> Option<Arc<tls::Certificates>> {
+        self.tls.clone()
     }
 
     /// The admin listener's address, when there is one.
@@ -232,7 +238,7 @@ impl Server {
             let answered = metrics.requests.get_or_create(&metrics::StatusLabel { code: 200 }).clone();
             let activity = activity::Activity::new();
             let registration = open.register(&activity);
-            let tls = self.tls.clone().map(tokio_rustls::TlsAcceptor::from);
+            let tls = self.tls.as_ref().map(|c| tokio_rustls::TlsAcceptor::from(c.current()));
             let conn = Connection { state, lane, limits, stopping, answered, busy, builder, arena, activity, tls };
             tokio::spawn(async move {
                 metrics.connections.inc();

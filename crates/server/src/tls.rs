@@ -49,6 +49,33 @@ pub fn server_config(pairs: &[CertFiles]) -> Result<Arc<ServerConfig>, TlsError>
     Ok(Arc::new(config))
 }
 
+/// The certificates in use, replaced whole by [`Certificates::reload`]:
+/// handshakes after a reload present the new ones, connections already
+/// open keep theirs.
+#[derive(Debug)]
+pub struct Certificates {
+    files: Vec<CertFiles>,
+    current: std::sync::RwLock<Arc<ServerConfig>>,
+}
+
+impl Certificates {
+    pub fn load(files: &[CertFiles]) -> Result<Self, TlsError> {
+        Ok(Certificates { files: files.to_vec(), current: std::sync::RwLock::new(server_config(files)?) })
+    }
+
+    /// The configuration for a new connection.
+    pub fn current(&self) -> Arc<ServerConfig> {
+        self.current.read().expect("certificates lock").clone()
+    }
+
+    /// Reads the files again; on any error the certificates in use stay.
+    pub fn reload(&self) -> Result<(), TlsError> {
+        let fresh = server_config(&self.files)?;
+        *self.current.write().expect("certificates lock") = fresh;
+        Ok(())
+    }
+}
+
 /// Certificates by the DNS names they are valid for.
 #[derive(Debug)]
 struct ByName {
