@@ -18,7 +18,9 @@
 //! `--cache-dir`, sent with `sendfile(2)` instead of copied), `pacer` (a
 //! storage read cap), `hitlane` (resident small objects answered before
 //! hyper sees the connection), `small` (whole small local files kept for
-//! the lane). With `--origin`, requests go to [`circus_origin`]'s tier;
+//! the lane), `admin` (the `--admin-listen` endpoints: metrics, status,
+//! purge, prefetch), [`tls`] (certificates for HTTPS, reloaded on SIGHUP).
+//! With `--origin`, requests go to [`circus_origin`]'s tier;
 //! its native clients join the same scheduler once an object's tree is
 //! known.
 //!
