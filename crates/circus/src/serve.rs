@@ -121,6 +121,10 @@ pub struct ServeArgs {
     /// .env); by default they are answered 404.
     #[arg(long)]
     dotfiles: Option<bool>,
+    /// Answer a directory without an index.html with a listing of its
+    /// files (default true; false answers 403).
+    #[arg(long)]
+    listing: Option<bool>,
     /// Seconds a response may make no progress (the client takes no byte)
     /// before its connection is closed; idle HTTP/2 connections are closed
     /// after it too (default 60).
@@ -185,6 +189,7 @@ impl ServeArgs {
             s3_allow_http: self.s3_allow_http,
             s3_max_age_secs: self.s3_max_age,
             dotfiles: self.dotfiles,
+            listing: self.listing,
             send_timeout_secs: self.send_timeout,
             index_wait_secs: self.index_wait,
             max_connections_per_ip: self.max_connections_per_ip,

@@ -46,6 +46,9 @@ pub struct ServeConfig {
     /// Serve files and directories whose names start with a dot (`.git/`,
     /// `.env`); refused with 404 by default.
     pub dotfiles: bool,
+    /// Directories without an `index.html` answer a listing of their
+    /// entries (off: 403).
+    pub listing: bool,
     /// A connection whose response makes no progress (no byte taken by the
     /// client) for this long is closed, as nginx's `send_timeout`; an idle
     /// HTTP/2 connection with no stream open is closed after it too.
@@ -79,6 +82,7 @@ impl ServeConfig {
             read_rate: None,
             origin: None,
             dotfiles: false,
+            listing: true,
             send_timeout: Duration::from_secs(60),
             max_connections_per_ip: 0,
             max_streams: 100,
@@ -146,6 +150,8 @@ pub struct FileConfig {
     pub s3_max_age_secs: Option<u64>,
     /// Serve dotfiles (default false: 404).
     pub dotfiles: Option<bool>,
+    /// List directories without an index.html (default true).
+    pub listing: Option<bool>,
     /// Seconds without progress before a connection is closed (default 60).
     pub send_timeout_secs: Option<u64>,
     /// Seconds a native request waits for an index build (default 2).
@@ -218,6 +224,7 @@ impl FileConfig {
         set(&mut cfg.drain_timeout, self.drain_timeout_secs.map(Duration::from_secs));
         set(&mut cfg.zero_copy, self.zero_copy);
         set(&mut cfg.dotfiles, self.dotfiles);
+        set(&mut cfg.listing, self.listing);
         set(&mut cfg.send_timeout, self.send_timeout_secs.map(Duration::from_secs));
         set(&mut cfg.index_wait, self.index_wait_secs.map(Duration::from_secs));
         set(&mut cfg.max_connections_per_ip, self.max_connections_per_ip);

@@ -22,6 +22,8 @@ pub struct FileTable {
     root: PathBuf,
     /// Serve names that start with a dot (off: 404).
     dotfiles: bool,
+    /// List directories without an `index.html` (off: 403).
+    listing: bool,
     block_size: u32,
     /// Where hash indexes are stored (by default `ROOT/.circus/index`);
     /// never served.
@@ -30,6 +32,38 @@ pub struct FileTable {
     index_wait: Duration,
     next_id: AtomicU64,
     versions: Mutex<HashMap<String, Known>>,
+}
+
+/// What a request path names (see [`FileTable::resolve`]).
+#[derive(Debug)]
+pub enum Resolved {
+    File(Arc<FileEntry>),
+    AddSlash,
+    /// A directory without `index.html`, by its real path.
+    Directory(PathBuf),
+}
+
+/// The page a directory's path with a trailing slash serves when present.
+const INDEX_FILE: &str = "index.html";
+
+/// Entries a listing shows at most: a directory of a million files is
+/// not read whole for one request.
+pub const LISTED_ENTRIES: usize = 10_000;
+
+/// A directory's entries as a listing shows them.
+#[derive(Debug)]
+pub struct Listing {
+    pub entries: Vec<Listed>,
+    /// The directory holds more than [`LISTED_ENTRIES`].
+    pub truncated: bool,
+}
+
+#[derive(Debug)]
+pub struct Listed {
+    pub name: String,
+    pub dir: bool,
+    pub size: u64,
+    pub modified: SystemTime,
 }
 
 /// A version the table knows, and its local source (for the version and
@@ -54,6 +88,7 @@ impl FileTable {
             index_wait: Duration::from_secs(2),
             root,
             dotfiles: false,
+            listing: true,
             block_size,
             next_id: AtomicU64::new(1),
             versions: Mutex::new(HashMap::new()),
@@ -64,6 +99,16 @@ impl FileTable {
     pub fn with_dotfiles(mut self, serve: bool) -> Self {
         self.dotfiles = serve;
         self
+    }
+
+    /// Lists directories without an `index.html` (on by default).
+    pub fn with_listing(mut self, list: bool) -> Self {
+        self.listing = list;
+        self
+    }
+
+    pub fn listing(&self) -> bool {
+        self.listing
     }
 
     /// Keeps hash indexes in `dir` (created if missing) instead of beside
@@ -106,28 +151,66 @@ impl FileTable {
     }
 
     /// Resolves a URL path (still percent-encoded) to the current version of
-    /// a regular file under the root. Blocking (stat and canonicalize).
+    /// a regular file under the root; a directory's `index.html` when the
+    /// path names the directory with its trailing slash. Blocking (stat and
+    /// canonicalize).
     pub fn lookup(&self, url_path: &str) -> Result<Arc<FileEntry>, HttpError> {
+        match self.resolve(url_path)? {
+            Resolved::File(entry) => Ok(entry),
+            Resolved::AddSlash | Resolved::Directory(_) => Err(HttpError::NotFound),
+        }
+    }
+
+    /// What a URL path names: a file (a directory's `index.html` included),
+    /// a directory without it, or a directory named without its trailing
+    /// slash (relative links on its page would point one level up).
+    /// Blocking.
+    pub fn resolve(&self, url_path: &str) -> Result<Resolved, HttpError> {
         let rel = relative_path(url_path, self.dotfiles)?;
-        let path = self.root.join(&rel);
-        // Symlinks may point anywhere: only what stays under the root is
-        // served, and the rules on names hold for where a link leads too.
-        let real = path.canonicalize().map_err(|_| HttpError::NotFound)?;
+        let real = self.served_path(&rel)?;
+        let meta = std::fs::metadata(&real).map_err(|_| HttpError::NotFound)?;
+        let slash = url_path.ends_with('/');
+        match (meta.is_dir(), slash) {
+            (true, false) => Ok(Resolved::AddSlash),
+            (true, true) => {
+                let index = if rel.is_empty() { INDEX_FILE.to_owned() } else { format!("{rel}/{INDEX_FILE}") };
+                match self.served_path(&index) {
+                    Ok(page) if page.is_file() => self.entry(index, &page).map(Resolved::File),
+                    _ => Ok(Resolved::Directory(real)),
+                }
+            }
+            // `/file/` names nothing: the file is not a directory.
+            (false, true) => Err(HttpError::NotFound),
+            (false, false) => self.entry(rel, &real).map(Resolved::File),
+        }
+    }
+
+    /// The real path of `rel` (already checked by [`relative_path`]) when
+    /// it may be served: symlinks may point anywhere, and only what stays
+    /// under the root, outside the index directory, is served; the rules
+    /// on names hold for where a link leads too.
+    fn served_path(&self, rel: &str) -> Result<PathBuf, HttpError> {
+        let real = self.root.join(rel).canonicalize().map_err(|_| HttpError::NotFound)?;
         let Ok(real_rel) = real.strip_prefix(&self.root) else {
             return Err(HttpError::Forbidden("path leaves the served directory"));
         };
         if real.starts_with(&self.index_dir) {
             return Err(HttpError::NotFound);
         }
-        relative_path(&real_rel.to_string_lossy(), self.dotfiles)?;
-        let version = settled_version(&real)?;
+        checked_path(&real_rel.to_string_lossy(), self.dotfiles)?;
+        Ok(real)
+    }
+
+    /// The current version of the regular file at `real`, named `rel`.
+    fn entry(&self, rel: String, real: &Path) -> Result<Arc<FileEntry>, HttpError> {
+        let version = settled_version(real)?;
         let mut versions = self.versions.lock().expect("file table lock");
         match versions.get(&rel) {
             Some((_, local)) if local.is_distrusted() => FileIndex::discard(&self.index_dir, &rel),
             Some((e, local)) if local.version() == version => return Ok(e.clone()),
             _ => {}
         }
-        let place = LocalPlace { root: &self.root, rel: &rel, path: &real, index_dir: &self.index_dir };
+        let place = LocalPlace { root: &self.root, rel: &rel, path: real, index_dir: &self.index_dir };
         let local = Arc::new(LocalFile::new(place, version, self.block_size));
         let described = Description {
             size: version.size,
@@ -145,6 +228,39 @@ impl FileTable {
         }
         versions.insert(rel, (entry.clone(), local));
         Ok(entry)
+    }
+
+    /// The entries of the directory at `real` (from [`Resolved::Directory`])
+    /// that requests may reach: no dotfiles unless served, not the index
+    /// directory, no link leading out of the root. At most
+    /// [`LISTED_ENTRIES`], sorted: directories first, then by name.
+    /// Blocking.
+    pub fn list(&self, real: &Path) -> std::io::Result<Listing> {
+        let mut entries = Vec::new();
+        let mut truncated = false;
+        for item in std::fs::read_dir(real)? {
+            let Ok(item) = item else { continue };
+            let Some(name) = item.file_name().to_str().map(str::to_owned) else { continue };
+            if entries.len() == LISTED_ENTRIES {
+                truncated = true;
+                break;
+            }
+            let Ok(rel) = real.join(&name).strip_prefix(&self.root).map(|p| p.to_string_lossy().into_owned()) else {
+                continue;
+            };
+            if checked_path(&rel, self.dotfiles).is_err() {
+                continue;
+            }
+            let Ok(target) = self.served_path(&rel) else { continue };
+            let Ok(meta) = std::fs::metadata(&target) else { continue };
+            if !(meta.is_dir() || meta.is_file()) {
+                continue;
+            }
+            let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+            entries.push(Listed { name, dir: meta.is_dir(), size: meta.len(), modified });
+        }
+        entries.sort_by(|a, b| b.dir.cmp(&a.dir).then_with(|| a.name.cmp(&b.name)));
+        Ok(Listing { entries, truncated })
     }
 
     #[cfg(test)]
@@ -194,10 +310,15 @@ fn etag(v: &FileVersion) -> String {
     format!("\"{:x}.{:x}-{:x}-{}\"", v.mtime.secs, v.mtime.nanos, v.size, &tag.to_hex()[..8])
 }
 
-/// Decodes and checks a URL path: no `..`, no NUL, no hidden index, and
-/// no dotfile unless `dotfiles`.
+/// Decodes and checks a URL path (see [`checked_path`]).
 fn relative_path(url_path: &str, dotfiles: bool) -> Result<String, HttpError> {
     let decoded = percent_decode(url_path).ok_or(HttpError::BadRequest("malformed percent-encoding in path"))?;
+    checked_path(&decoded, dotfiles)
+}
+
+/// Checks a decoded path: no `..`, no NUL, no hidden index, and no
+/// dotfile unless `dotfiles`. The root is the empty path.
+fn checked_path(decoded: &str, dotfiles: bool) -> Result<String, HttpError> {
     let mut parts = Vec::new();
     for seg in decoded.split('/') {
         match seg {
@@ -210,9 +331,6 @@ fn relative_path(url_path: &str, dotfiles: bool) -> Result<String, HttpError> {
             s if s.starts_with('.') && !dotfiles => return Err(HttpError::NotFound),
             s => parts.push(s),
         }
-    }
-    if parts.is_empty() {
-        return Err(HttpError::NotFound);
     }
     Ok(parts.join("/"))
 }
@@ -248,7 +366,7 @@ mod tests {
         assert!(matches!(p("/.circus/index/x.idx"), Err(HttpError::NotFound)));
         assert!(matches!(p("/a%00b"), Err(HttpError::BadRequest(_))));
         assert!(matches!(p("/a%zz"), Err(HttpError::BadRequest(_))));
-        assert!(matches!(p("/"), Err(HttpError::NotFound)));
+        assert_eq!(p("/").unwrap(), "");
         // Dotfiles only when asked for; the index never.
         for dotted in ["/.env", "/.git/config", "/a/%2egit/HEAD"] {
             assert!(matches!(p(dotted), Err(HttpError::NotFound)), "{dotted}");

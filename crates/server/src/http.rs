@@ -4,6 +4,7 @@
 use crate::{
     body::{NativeBody, Part, PlainBody},
     driver::DriverHandle,
+    files::Resolved,
     state::AppState,
 };
 use base64::Engine;
@@ -83,10 +84,19 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>) -> Result<Response<Re
             }
         };
     }
-    let (table, path) = (state.clone(), req.uri().path().to_owned());
-    let file = tokio::task::spawn_blocking(move || table.files.lookup(&path))
-        .await
-        .map_err(|e| HttpError::Internal(e.to_string()))??;
+    let file = match resolve(state, req.uri().path()).await? {
+        Resolved::File(file) => file,
+        Resolved::AddSlash => return Ok(add_slash(req.uri())),
+        Resolved::Directory(dir) if state.files.listing() => {
+            let table = state.clone();
+            let listing = tokio::task::spawn_blocking(move || table.files.list(&dir))
+                .await
+                .map_err(|e| HttpError::Internal(e.to_string()))?
+                .map_err(|_| HttpError::NotFound)?;
+            return Ok(crate::listing::response(req.uri().path(), &listing, req.headers(), head));
+        }
+        Resolved::Directory(_) => return Err(HttpError::Forbidden("directory listing is off")),
+    };
     let h = req.headers();
     let v = Validators { etag: &file.etag, last_modified: file.modified };
     let cond = Conditionals {
@@ -120,6 +130,31 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>) -> Result<Response<Re
         rh.insert("repr-digest", HeaderValue::from_str(&digest).expect("base64 is ASCII"));
     }
     Ok(res)
+}
+
+/// What the request path names, resolved off the async workers (stat and
+/// canonicalize block).
+async fn resolve(state: &Arc<AppState>, path: &str) -> Result<Resolved, HttpError> {
+    let (table, path) = (state.clone(), path.to_owned());
+    tokio::task::spawn_blocking(move || table.files.resolve(&path))
+        .await
+        .map_err(|e| HttpError::Internal(e.to_string()))?
+}
+
+/// 301 to the directory's path with its trailing slash, query kept. The
+/// path starts with exactly one slash, so that `//host` cannot become a
+/// redirect to another site.
+fn add_slash(uri: &http::Uri) -> Response<ResBody> {
+    let path = format!("/{}/", uri.path().trim_start_matches('/'));
+    let location = match uri.query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path,
+    };
+    let mut res = status_only(StatusCode::MOVED_PERMANENTLY);
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        res.headers_mut().insert(header::LOCATION, v);
+    }
+    res
 }
 
 /// RFC 9112 §3.2 for HTTP/1.x: one valid Host (HTTP/1.0 may omit it).

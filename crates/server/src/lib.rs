@@ -42,6 +42,7 @@ mod driver;
 pub mod files;
 mod hitlane;
 mod http;
+mod listing;
 mod mailbox;
 mod memory;
 mod metrics;
@@ -100,6 +101,7 @@ impl Server {
         let mut files = FileTable::new(&cfg.root, cfg.sched.block_size)
             .map_err(|e| std::io::Error::new(e.kind(), format!("cannot serve {}: {e}", cfg.root.display())))?
             .with_dotfiles(cfg.dotfiles)
+            .with_listing(cfg.listing)
             .with_index_wait(cfg.index_wait);
         if let Some(dir) = &cfg.index_dir {
             files = files
