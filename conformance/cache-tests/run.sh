@@ -137,7 +137,7 @@ start_peer() { # peer port -> sets PIDS[peer]
     circus)
       [[ -x "$CIRCUS" ]] || { log "circus binary $CIRCUS not found"; return 1; }
       VERSIONS[circus]="$("$CIRCUS" --version 2>/dev/null | head -1 || true) ($CIRCUS, built $(date -r "$CIRCUS" '+%F %T'))"
-      "$CIRCUS" serve --origin "http://127.0.0.1:$ORIGIN_PORT/" --listen "127.0.0.1:$port" \
+      "$CIRCUS" serve --origin "http://127.0.0.1:$ORIGIN_PORT/" --listen "127.0.0.1:$port" --admin-listen off \
         > "$w/circus.log" 2>&1 &
       ;;
     nginx)

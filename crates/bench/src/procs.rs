@@ -17,6 +17,8 @@ pub struct ServerProc {
     pub name: String,
     pub child: Child,
     pub addr: String,
+    /// A circus's admin listener (/metrics, /status); `None` for peers.
+    pub admin: Option<String>,
 }
 
 impl Drop for ServerProc {
@@ -71,23 +73,25 @@ impl ServerProc {
         wrap: &[String],
     ) -> Result<ServerProc, BenchError> {
         let mut child = wrapped(wrap, bin.as_os_str())
-            .args(["serve", "--listen", &format!("{host}:0")])
+            .args(["serve", "--listen", &format!("{host}:0"), "--admin-listen", &format!("{host}:0")])
             .args(args)
             .env("CIRCUS_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .map_err(io_err(format!("starting {}", bin.display())))?;
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("piped"))
-            .read_line(&mut line)
-            .map_err(io_err("reading server address"))?;
-        let addr = line.trim().rsplit("http://").next().unwrap_or_default().to_owned();
-        if addr.is_empty() {
-            let _ = child.kill();
-            return Err(BenchError::Setup("circus serve printed no address".into()));
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+        let mut lines = [String::new(), String::new()];
+        for line in &mut lines {
+            stdout.read_line(line).map_err(io_err("reading server address"))?;
         }
-        Ok(ServerProc { name: name.into(), child, addr })
+        let url = |line: &str| line.trim().rsplit("http://").next().unwrap_or_default().to_owned();
+        let (addr, admin) = (url(&lines[0]), url(&lines[1]));
+        if addr.is_empty() || admin.is_empty() {
+            let _ = child.kill();
+            return Err(BenchError::Setup(format!("circus serve printed no addresses: {lines:?}")));
+        }
+        Ok(ServerProc { name: name.into(), child, addr, admin: Some(admin) })
     }
 
     /// nginx serving `root` on a free loopback port, with sendfile, its own
@@ -147,6 +151,7 @@ impl ServerProc {
                     name: if directio { "nginx-directio" } else { "nginx-sendfile" }.into(),
                     child,
                     addr,
+                    admin: None,
                 });
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -180,7 +185,7 @@ impl ServerProc {
             .map_err(io_err("starting varnishd"))?;
         for _ in 0..200 {
             if TcpStream::connect(&addr).is_ok() {
-                return Ok(ServerProc { name: "varnish".into(), child, addr });
+                return Ok(ServerProc { name: "varnish".into(), child, addr, admin: None });
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -254,9 +259,11 @@ impl ServerProc {
         total
     }
 
-    /// GET a small text resource (metrics, status) over a fresh connection.
+    /// GET a small text resource (metrics, status) over a fresh connection,
+    /// from the admin listener where the server has one.
     pub fn get_text(&self, path: &str) -> Result<String, BenchError> {
-        let mut c = TcpStream::connect(&self.addr).map_err(io_err("connecting to server"))?;
+        let addr = self.admin.as_ref().unwrap_or(&self.addr);
+        let mut c = TcpStream::connect(addr).map_err(io_err("connecting to server"))?;
         write!(c, "GET {path} HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n").map_err(io_err("requesting"))?;
         let mut out = String::new();
         c.read_to_string(&mut out).map_err(io_err("reading response"))?;

@@ -71,11 +71,11 @@ impl ServerProc {
             .map_err(io_err("starting squid"))?;
         for _ in 0..200 {
             if TcpStream::connect(&addr).is_ok() {
-                return Ok(ServerProc { name: "squid".into(), child, addr });
+                return Ok(ServerProc { name: "squid".into(), child, addr, admin: None });
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        drop(ServerProc { name: "squid".into(), child, addr });
+        drop(ServerProc { name: "squid".into(), child, addr, admin: None });
         Err(BenchError::Setup(format!("squid did not start listening within 10 s: see {}", log.display())))
     }
 }

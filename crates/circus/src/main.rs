@@ -48,6 +48,8 @@ fn main() {
             tracing_subscriber::EnvFilter::try_from_env("CIRCUS_LOG").unwrap_or_else(|_| "info,fuser=warn".into()),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, never into files.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let result = match cli.command {
         Command::Serve(args) => serve::main(*args),

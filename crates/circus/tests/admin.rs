@@ -67,7 +67,8 @@ fn setup() -> Setup {
     old_file(dir.path(), "big.bin", &big);
     let origin = common::serve(&[dir.path().to_str().unwrap()]);
     let url = format!("http://{}/", origin.addr);
-    let (tier, admin) = common::serve_with_admin(&["--origin", &url, "--origin-block", "1MiB", "--cache", "64MiB"]);
+    let tier = common::serve(&["--origin", &url, "--origin-block", "1MiB", "--cache", "64MiB"]);
+    let admin = tier.admin.clone();
     Setup { _dir: dir, _origin: origin, tier, admin, big }
 }
 
@@ -139,10 +140,62 @@ fn the_admin_listener_shows_status_with_the_memory_plan() {
 fn without_an_origin_purge_and_prefetch_are_refused_with_a_reason() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("f"), b"f").unwrap();
-    let (_server, admin) = common::serve_with_admin(&[dir.path().to_str().unwrap()]);
+    let server = common::serve(&[dir.path().to_str().unwrap()]);
+    let admin = server.admin.clone();
     let (status, body) = call(&admin, "POST", "/purge?target=/f");
     assert_eq!(status, 400);
     assert!(String::from_utf8_lossy(&body).contains("origin tier"), "{}", String::from_utf8_lossy(&body));
     assert_eq!(call(&admin, "POST", "/prefetch?target=/f").0, 400);
     assert_eq!(call(&admin, "GET", "/metrics").0, 200);
+}
+
+#[test]
+fn the_content_listener_serves_files_named_status_and_metrics_not_the_operators_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("status"), b"a file called status").unwrap();
+    let s = common::serve(&[dir.path().to_str().unwrap()]);
+    let (status, body) = call(&s.addr, "GET", "/status");
+    assert_eq!((status, body.as_slice()), (200, &b"a file called status"[..]));
+    // No file called metrics: a 404, not the server's counters.
+    let (status, body) = call(&s.addr, "GET", "/metrics");
+    assert_eq!(status, 404);
+    assert!(!String::from_utf8_lossy(&body).contains("circus_"), "{}", String::from_utf8_lossy(&body));
+    assert_eq!(call(&s.admin, "GET", "/metrics").0, 200);
+}
+
+#[test]
+fn by_default_the_admin_listener_is_on_loopback_and_can_be_switched_off() {
+    use std::{
+        io::BufRead,
+        process::{Command, Stdio},
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // The lines the server prints: two when the admin listener is on (read
+    // as they come), one when it is off (read until the server is killed).
+    let printed = |extra: &[&str], lines: usize| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_circus"))
+            .arg("serve")
+            .arg(dir.path())
+            .args(["--listen", "127.0.0.1:0"])
+            .args(extra)
+            .env("CIRCUS_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut text = String::new();
+        for _ in 0..lines {
+            out.read_line(&mut text).unwrap();
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        std::io::Read::read_to_string(&mut out, &mut text).unwrap();
+        text
+    };
+    let default = printed(&[], 2);
+    // The default port may be taken on this machine: then the server says so.
+    assert!(default.contains("circus admin on http://127.0.0.1:9180") || default.is_empty(), "{default}");
+    let off = printed(&["--admin-listen", "off"], 1);
+    assert!(off.starts_with("circus listening on http://127.0.0.1:") && !off.contains("admin"), "{off}");
 }

@@ -67,7 +67,7 @@ fn a_hundred_mixed_speed_native_downloads_share_reads_and_arrive_byte_exact() {
     // build reads each file once more.
     let total: usize = files.iter().map(|(_, d)| d.len()).sum();
     let per_download = total as f64 / files.len() as f64;
-    let read = metric(&addr, "circus_storage_read_bytes_total");
+    let read = metric(&server.admin, "circus_storage_read_bytes_total");
     eprintln!("read {read} bytes, {:.1} downloads worth", read / per_download);
     assert!(
         read < CLIENTS as f64 * per_download / 5.0,
@@ -94,7 +94,7 @@ fn crowd_reads(favor: &str, data: &[u8]) -> f64 {
         async move { download_with(&client, &opts, &()).await }
     };
     runtime.block_on(get("warm".into(), None)).expect("first download");
-    let before = metric(&addr, "circus_storage_read_bytes_total");
+    let before = metric(&server.admin, "circus_storage_read_bytes_total");
     let rates = [None, None, Some(4 << 20), Some(4 << 20), Some(1 << 20), Some(1 << 20)];
     let reports = runtime.block_on(async {
         let mut tasks = tokio::task::JoinSet::new();
@@ -108,7 +108,7 @@ fn crowd_reads(favor: &str, data: &[u8]) -> f64 {
         assert_eq!(report.protocol, Protocol::Native);
         assert!(std::fs::read(out.path().join(i.to_string())).unwrap() == data, "{favor}: download {i} differs");
     }
-    metric(&addr, "circus_storage_read_bytes_total") - before
+    metric(&server.admin, "circus_storage_read_bytes_total") - before
 }
 
 #[test]

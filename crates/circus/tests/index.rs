@@ -46,7 +46,7 @@ fn a_native_request_does_not_wait_for_an_index_build_and_later_ones_are_native()
         assert!(Instant::now() < deadline, "the index was never built");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let (mut r, _, _) = common::get_head(&s.addr, "/status", &[]);
+    let (mut r, _, _) = common::get_head(&s.admin, "/status", &[]);
     let mut status = String::new();
     r.read_to_string(&mut status).unwrap();
     let json: serde_json::Value = serde_json::from_str(&status).unwrap();

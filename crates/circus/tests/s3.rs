@@ -329,5 +329,5 @@ fn crowd_through_s3_fetches_each_byte_once() {
         c.join().unwrap();
     }
     // Eight clients at once, one origin read of each byte.
-    assert_eq!(metric(&server.addr, "circus_origin_fetched_bytes_total"), 4 << 20);
+    assert_eq!(metric(&server.admin, "circus_origin_fetched_bytes_total"), 4 << 20);
 }

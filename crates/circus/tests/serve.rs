@@ -132,7 +132,7 @@ fn memory_budget_holds_with_500_slow_clients() {
     }
     std::thread::sleep(Duration::from_millis(500));
     let mut status = String::new();
-    let mut c = TcpStream::connect(&s.addr).unwrap();
+    let mut c = TcpStream::connect(&s.admin).unwrap();
     write!(c, "GET /status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
     c.read_to_string(&mut status).unwrap();
     let json: serde_json::Value = serde_json::from_str(status.split("\r\n\r\n").nth(1).unwrap()).unwrap();
@@ -143,7 +143,7 @@ fn memory_budget_holds_with_500_slow_clients() {
     // Each download is still served (parked: it pins nothing) or its
     // connection was cut because what it held did not fit beside the cache.
     let mut metrics = String::new();
-    let mut c = TcpStream::connect(&s.addr).unwrap();
+    let mut c = TcpStream::connect(&s.admin).unwrap();
     write!(c, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
     c.read_to_string(&mut metrics).unwrap();
     let cut: usize = metrics
@@ -177,7 +177,15 @@ fn a_cache_dir_serves_byte_exact_and_a_missing_one_is_refused_by_name() {
     }
     let missing = cache.path().join("missing");
     let out = Command::new(env!("CARGO_BIN_EXE_circus"))
-        .args(["serve", dir.path().to_str().unwrap(), "--listen", "127.0.0.1:0", "--cache-dir"])
+        .args([
+            "serve",
+            dir.path().to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "off",
+            "--cache-dir",
+        ])
         .arg(&missing)
         .output()
         .unwrap();

@@ -44,14 +44,14 @@ fn small_files_are_answered_by_the_lane_like_the_full_path_and_follow_changes() 
     let first = pipelined(addr, &[(get, false)]);
     assert_eq!((first[0].0, first[0].2.as_slice()), (200, data.as_slice()));
     let deadline = Instant::now() + Duration::from_secs(10);
-    while metric(addr, "circus_small_files_resident_bytes") == 0.0 {
+    while metric(&server.admin, "circus_small_files_resident_bytes") == 0.0 {
         assert!(Instant::now() < deadline, "the small file was never kept");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let reads = metric(addr, "circus_storage_read_bytes_total");
+    let reads = metric(&server.admin, "circus_storage_read_bytes_total");
     let hits = pipelined(addr, &[(get, false), (get, false), (get, false)]);
     assert!(hits.iter().all(|r| r.2 == data));
-    assert_eq!(metric(addr, "circus_storage_read_bytes_total"), reads, "the lane reads nothing from storage");
+    assert_eq!(metric(&server.admin, "circus_storage_read_bytes_total"), reads, "the lane reads nothing from storage");
 
     let responses = pipelined(
         addr,
@@ -98,7 +98,7 @@ fn small_files_are_answered_by_the_lane_like_the_full_path_and_follow_changes() 
 fn a_request_head_trickled_in_is_cut_off_after_the_header_timeout() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("circus.toml");
-    std::fs::write(&config, "header_timeout_secs = 1\n").unwrap();
+    std::fs::write(&config, "header_timeout = \"1s\"\n").unwrap();
     let server = common::serve(&[dir.path().to_str().unwrap(), "--config", config.to_str().unwrap()]);
     let mut s = TcpStream::connect(&server.addr).unwrap();
     s.write_all(b"GET /m.json HTTP/1.1\r\nhost: t\r\n").unwrap();

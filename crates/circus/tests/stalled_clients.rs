@@ -88,7 +88,7 @@ fn stalled_beside_a_download(cache: &str) -> (Vec<Rest>, common::ServerProc) {
     // Let them fill their sockets and pin what they can, until they have
     // taken nothing for long enough to be parked (checked once a tick).
     let waited = Instant::now();
-    while metric(&s.addr, "circus_downloads_parked_total") == 0 {
+    while metric(&s.admin, "circus_downloads_parked_total") == 0 {
         assert!(waited.elapsed() < Duration::from_secs(10), "no download was parked within 10 s");
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -115,7 +115,7 @@ fn clients_that_stop_reading_are_parked_and_get_the_rest_when_they_read_again() 
     // cache: unless they are taken back, the download beside them waits.
     let (rests, s) = stalled_beside_a_download("64MiB");
     assert!(rests.iter().all(|r| *r == Rest::Whole), "{rests:?}");
-    assert_eq!(metric(&s.addr, "circus_connections_cut_total"), 0);
+    assert_eq!(metric(&s.admin, "circus_connections_cut_total"), 0);
 }
 
 #[test]
@@ -123,7 +123,7 @@ fn with_too_little_memory_to_hold_for_them_stalled_clients_are_cut_never_served_
     // What the stalled sockets hold does not fit beside a 16 MiB cache:
     // some are cut, which their clients see as a short body.
     let (rests, s) = stalled_beside_a_download("16MiB");
-    let cut = metric(&s.addr, "circus_connections_cut_total");
+    let cut = metric(&s.admin, "circus_connections_cut_total");
     eprintln!("{cut} connections cut; of those read again: {rests:?}");
     assert!(cut > 0, "nothing was cut: the test does not exercise the cap");
 }

@@ -39,7 +39,7 @@ fn certificate(dir: &Path, name: &str) -> (String, String) {
 /// `circus serve ROOT` with the certificates, and its port.
 fn serve(root: &Path, pairs: &[&(String, String)]) -> (Served, u16) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_circus"));
-    cmd.arg("serve").arg(root).args(["--listen", "127.0.0.1:0"]);
+    cmd.arg("serve").arg(root).args(["--listen", "127.0.0.1:0", "--admin-listen", "off"]);
     for (cert, key) in pairs {
         cmd.args(["--tls-cert", cert, "--tls-key", key]);
     }

@@ -21,4 +21,4 @@ pub use blockset::{BlockSet, best_spread_in_circular, first_in, first_in_circula
 pub use fault::Fault;
 pub use ids::{BlockIdx, ClientId, FileId};
 pub use layout::BlockLayout;
-pub use units::{BitRate, ByteSize, UnitError};
+pub use units::{BitRate, ByteSize, Span, UnitError};

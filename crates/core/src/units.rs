@@ -11,6 +11,8 @@ pub enum UnitError {
         "cannot read {input:?} as a link rate: write a number with a unit, like 28.8kbit, 1.544Mbit or 1Gbit (per second)"
     )]
     Rate { input: String },
+    #[error("cannot read {input:?} as a length of time: write a number with a unit, like 500ms, 30s, 5m or 1h")]
+    Span { input: String },
 }
 
 /// A number of bytes. Parses `KiB`/`MiB`/`GiB` as powers of 1024 and
@@ -111,9 +113,60 @@ impl fmt::Display for BitRate {
     }
 }
 
+/// A length of time as people write it: `30s`, `500ms`, `2m`, `1h 30m`,
+/// or a bare number of seconds (`30`). In config files a string or a number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(try_from = "SpanRepr")]
+pub struct Span(pub std::time::Duration);
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SpanRepr {
+    Seconds(u64),
+    Text(String),
+}
+
+impl TryFrom<SpanRepr> for Span {
+    type Error = UnitError;
+    fn try_from(r: SpanRepr) -> Result<Self, Self::Error> {
+        match r {
+            SpanRepr::Seconds(n) => Ok(Span(std::time::Duration::from_secs(n))),
+            SpanRepr::Text(s) => s.parse(),
+        }
+    }
+}
+
+impl FromStr for Span {
+    type Err = UnitError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        if let Ok(secs) = s.parse::<u64>() {
+            return Ok(Span(std::time::Duration::from_secs(secs)));
+        }
+        humantime::parse_duration(s).map(Span).map_err(|_| UnitError::Span { input: s.to_owned() })
+    }
+}
+
+impl fmt::Display for Span {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", humantime::format_duration(self.0))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spans_take_units_or_plain_seconds() {
+        let secs = |s: &str| s.parse::<Span>().map(|d| d.0.as_millis());
+        assert_eq!(secs("10s"), Ok(10_000));
+        assert_eq!(secs("10"), Ok(10_000));
+        assert_eq!(secs("500ms"), Ok(500));
+        assert_eq!(secs("1h 30m"), Ok(5_400_000));
+        assert!(secs("soon").unwrap_err().to_string().contains("like 500ms"));
+        assert_eq!(Span(std::time::Duration::from_secs(90)).to_string(), "1m 30s");
+    }
 
     #[test]
     fn sizes() {

@@ -68,11 +68,6 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>) -> Result<Response<Re
         Method::HEAD => true,
         _ => return Err(HttpError::MethodNotAllowed),
     };
-    match req.uri().path() {
-        "/metrics" => return Ok(crate::observe::metrics(state).await),
-        "/status" => return Ok(crate::observe::status(state).await),
-        _ => {}
-    }
     if let Some(origin) = &state.origin {
         return match origin.handle(req, head).await? {
             Answer::Response(res) => Ok(res),

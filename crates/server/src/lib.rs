@@ -42,6 +42,7 @@ mod driver;
 pub mod files;
 mod hitlane;
 mod http;
+pub mod listen;
 mod listing;
 mod mailbox;
 mod memory;
@@ -50,13 +51,15 @@ mod observe;
 mod open_connections;
 mod pacer;
 mod sendfile;
+pub mod settings;
 mod small;
 mod state;
 pub mod tls;
 
 pub use circus_http::HttpError;
-pub use config::{FileConfig, ServeConfig};
+pub use config::ServeConfig;
 pub use memory::{MemoryPlan, PlanError};
+pub use settings::Settings;
 
 /// The hit lane's request head handling, for the fuzz targets in `fuzz/`;
 /// not an API.
@@ -80,7 +83,8 @@ use tokio::{net::TcpListener, sync::Semaphore};
 
 #[derive(Debug)]
 pub struct Server {
-    listener: TcpListener,
+    /// One per `--listen` address.
+    listeners: Vec<TcpListener>,
     /// With `--tls-cert`/`--tls-key`: the listener speaks HTTPS only.
     tls: Option<Arc<tls::Certificates>>,
     /// `--admin-listen`: /metrics, /status, purge and prefetch.
@@ -108,13 +112,21 @@ impl Server {
                 .with_index_dir(dir)
                 .map_err(|e| std::io::Error::new(e.kind(), format!("--index-dir {}: {e}", dir.display())))?;
         }
-        let listener = TcpListener::bind(cfg.listen).await?;
+        let mut listeners = Vec::with_capacity(cfg.listen.len());
+        for addr in &cfg.listen {
+            let bound = TcpListener::bind(addr).await;
+            listeners.push(bound.map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?);
+        }
+        if listeners.is_empty() {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "no address to listen on"));
+        }
         let admin = match cfg.admin_listen {
-            Some(addr) => Some(
-                TcpListener::bind(addr)
-                    .await
-                    .map_err(|e| std::io::Error::new(e.kind(), format!("--admin-listen {addr}: {e}")))?,
-            ),
+            Some(addr) => Some(TcpListener::bind(addr).await.map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!("admin listener on {addr}: {e} (give --admin-listen ADDR, or off)"),
+                )
+            })?),
             None => None,
         };
         let mut registry = Registry::default();
@@ -147,11 +159,17 @@ impl Server {
                 tls::Certificates::load(certs).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?,
             )),
         };
-        Ok(Server { listener, tls, admin, arena, state, cfg })
+        Ok(Server { listeners, tls, admin, arena, state, cfg })
     }
 
+    /// The first listener's address.
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener.local_addr().expect("bound listener has an address")
+        self.local_addrs()[0]
+    }
+
+    /// Every listener's address, in the order given.
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.listeners.iter().map(|l| l.local_addr().expect("bound listener has an address")).collect()
     }
 
     /// The certificates served, for reloading them (SIGHUP), when the
@@ -200,7 +218,7 @@ impl Server {
         tokio::pin!(shutdown);
         loop {
             let (stream, peer) = tokio::select! {
-                accepted = self.listener.accept() => match accepted {
+                accepted = accept_any(&self.listeners) => match accepted {
                     Ok(conn) => conn,
                     Err(e) => {
                         // Out of file descriptors and the like: back off, keep serving.
@@ -265,7 +283,7 @@ impl Server {
         }
         // New connections are refused from now on, not left waiting in
         // the backlog of a listener nobody accepts from.
-        drop(self.listener);
+        drop(self.listeners);
         let _ = stop.send(true);
         tracing::info!("shutting down: draining downloads in progress");
         if tokio::time::timeout(self.cfg.drain_timeout, graceful.shutdown()).await.is_err() {
@@ -273,6 +291,19 @@ impl Server {
         }
         Ok(())
     }
+}
+
+/// The next connection on any of `listeners`.
+async fn accept_any(listeners: &[TcpListener]) -> std::io::Result<(tokio::net::TcpStream, SocketAddr)> {
+    std::future::poll_fn(|cx| {
+        for listener in listeners {
+            if let std::task::Poll::Ready(accepted) = listener.poll_accept(cx) {
+                return std::task::Poll::Ready(accepted);
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
 }
 
 /// One accepted connection and what serving it needs.

@@ -32,7 +32,8 @@ async fn start(cache: u64) -> Fixture {
 
 async fn serve(root: &Path, cache: u64) -> SocketAddr {
     let mut cfg = ServeConfig::new(root.to_owned());
-    cfg.listen = "127.0.0.1:0".parse().unwrap();
+    cfg.listen = vec!["127.0.0.1:0".parse().unwrap()];
+    cfg.admin_listen = None;
     cfg.sched.cache_bytes = cache;
     let server = Server::bind(cfg).await.unwrap();
     let addr = server.local_addr();

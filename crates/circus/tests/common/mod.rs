@@ -10,7 +10,11 @@ use std::{
 /// A running `circus serve`, killed when dropped however the test ends.
 pub struct ServerProc {
     pub child: Child,
+    /// The content listener.
     pub addr: String,
+    /// The admin listener (/metrics, /status, purge, prefetch).
+    #[allow(dead_code, reason = "each test file compiles this module; only some read metrics")]
+    pub admin: String,
 }
 
 impl Drop for ServerProc {
@@ -20,8 +24,9 @@ impl Drop for ServerProc {
     }
 }
 
-/// `circus serve ARGS... --listen 127.0.0.1:0`, once it prints its address.
-/// Its later output is drained so that a print can never block or fail.
+/// `circus serve ARGS... --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0`,
+/// once it prints both addresses. Its later output is drained so that a
+/// print can never block or fail.
 pub fn serve(args: &[&str]) -> ServerProc {
     serve_env(args, &[])
 }
@@ -32,32 +37,9 @@ pub fn serve_env(args: &[&str], env: &[(&str, &str)]) -> ServerProc {
     let mut child = Command::new(env!("CARGO_BIN_EXE_circus"))
         .arg("serve")
         .args(args)
-        .args(["--listen", "127.0.0.1:0"])
-        .env("CIRCUS_LOG", "warn")
-        .envs(env.iter().copied())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start circus serve");
-    let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
-    let mut server = ServerProc { child, addr: String::new() };
-    let mut line = String::new();
-    stdout.read_line(&mut line).expect("address line");
-    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
-    let addr = line.trim().strip_prefix("circus listening on http://").unwrap_or_else(|| panic!("{line:?}"));
-    server.addr = addr.to_owned();
-    server
-}
-
-/// [`serve`] with an admin listener on 127.0.0.1: the server and the admin
-/// listener's address.
-#[allow(dead_code, reason = "each test file compiles this module; only some use the admin listener")]
-pub fn serve_with_admin(args: &[&str]) -> (ServerProc, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_circus"))
-        .arg("serve")
-        .args(args)
         .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
         .env("CIRCUS_LOG", "warn")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -70,7 +52,7 @@ pub fn serve_with_admin(args: &[&str]) -> (ServerProc, String) {
     std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
     let addr = lines[0].trim().strip_prefix("circus listening on http://").unwrap_or_else(|| panic!("{lines:?}"));
     let admin = lines[1].trim().strip_prefix("circus admin on http://").unwrap_or_else(|| panic!("{lines:?}"));
-    (ServerProc { child, addr: addr.to_owned() }, admin.to_owned())
+    ServerProc { child, addr: addr.to_owned(), admin: admin.to_owned() }
 }
 
 /// Reads a response head from `r`: the status and the fields, names

@@ -72,7 +72,8 @@ impl Fixture {
         std::fs::write(dir.path().join("marked.bin"), marked).unwrap();
         std::fs::write(dir.path().join("empty"), b"").unwrap();
         let mut cfg = ServeConfig::new(dir.path().to_owned());
-        cfg.listen = "127.0.0.1:0".parse().unwrap();
+        cfg.listen = vec!["127.0.0.1:0".parse().unwrap()];
+        cfg.admin_listen = None;
         cfg.sched.block_size = block_size;
         let server = Server::bind(cfg).await.unwrap();
         let addr = server.local_addr();

@@ -1,0 +1,445 @@
+//! Every setting of `circus serve`, defined once: the same name as a flag
+//! (`--drain-timeout`) and as a key of the TOML file (`drain_timeout`),
+//! sizes and durations with their units. Applying a [`Settings`] overlays
+//! only what it sets, so the binary applies the file, then the flags.
+
+use crate::{
+    config::{ConfigError, ServeConfig},
+    listen::{Listen, Switch},
+};
+use circus_core::{ByteSize, Span};
+use circus_origin::{OriginConfig, OriginSource, S3Config};
+use circus_sched::{Favor, PolicyKind};
+use serde::Deserialize;
+use std::path::PathBuf;
+
+/// Settings as the command line and the TOML file give them: every one
+/// optional, unknown keys rejected.
+#[derive(Debug, Default, Deserialize, clap::Args)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// Directory whose files are served (omit it with --origin).
+    #[arg(value_name = "DIR")]
+    pub root: Option<PathBuf>,
+    /// Address to listen on: host:port, :port (every interface),
+    /// [v6]:port; repeat for several (default 127.0.0.1:8080).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<Vec<Listen>>,
+    /// Address of the admin listener (/metrics, /status, POST /purge, POST
+    /// /prefetch), or off; it has no authentication of its own, so keep it
+    /// on loopback (default 127.0.0.1:9180).
+    #[arg(long, value_name = "ADDR|off")]
+    pub admin_listen: Option<Switch>,
+    /// Certificate chain (PEM) to serve HTTPS with; repeat for several
+    /// names (chosen by SNI; the first is the default).
+    #[arg(long, value_name = "PEM")]
+    pub tls_cert: Option<Vec<PathBuf>>,
+    /// Private key (PEM) of the --tls-cert at the same place.
+    #[arg(long, value_name = "PEM")]
+    pub tls_key: Option<Vec<PathBuf>>,
+    /// Memory for cached blocks: a hard budget (default 256MiB).
+    #[arg(long, value_name = "SIZE")]
+    pub cache: Option<ByteSize>,
+    /// circus (reorder blocks to share reads) or sequential (default circus).
+    #[arg(long)]
+    pub policy: Option<PolicyKind>,
+    /// Block size, the unit of reads and sends (default 64KiB).
+    #[arg(long, value_name = "SIZE")]
+    pub block: Option<ByteSize>,
+    /// Blocks queued per native client (default 5).
+    #[arg(long, value_name = "BLOCKS")]
+    pub queue: Option<u32>,
+    /// Active region length per file (default 16MiB).
+    #[arg(long, value_name = "SIZE")]
+    pub active: Option<ByteSize>,
+    /// Leapfront distance as a multiple of the active region's length
+    /// (default 1.0, at least 1.0; docs/scheduler.md).
+    #[arg(long, value_name = "FRACTION")]
+    pub leapfront: Option<f64>,
+    /// Fraction of its file a native client must hold before it may read
+    /// outside the active region on its own (default 0.75; docs/scheduler.md).
+    #[arg(long, value_name = "FRACTION")]
+    pub threshold: Option<f64>,
+    /// Blocks fetched per storage read, counting the demanded one (default
+    /// 1: exactly what a client asked for; more read ahead sequentially).
+    #[arg(long, value_name = "BLOCKS")]
+    pub readahead: Option<u32>,
+    /// What the circus policy favours when a file's native clients differ in
+    /// speed: speed (default: each at its own pace; blocks a slower client
+    /// missed are read again) or storage (each block read once for all of
+    /// them; the region waits for the slowest, so faster clients slow down).
+    #[arg(long)]
+    pub favor: Option<Favor>,
+    /// Connections served at once; more are answered 503 (default 10000).
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// Connections one client address may hold at once (default 0: no cap;
+    /// behind a NAT many users share one address).
+    #[arg(long, value_name = "N")]
+    pub max_connections_per_ip: Option<usize>,
+    /// Streams one HTTP/2 connection may have open at once (default 100).
+    #[arg(long, value_name = "N")]
+    pub max_streams: Option<u32>,
+    /// Largest request head accepted (default 24KiB: room for the longest
+    /// resume request).
+    #[arg(long, value_name = "SIZE")]
+    pub max_header: Option<ByteSize>,
+    /// Time a connection may take to send its request head (default 30s).
+    #[arg(long, value_name = "TIME")]
+    pub header_timeout: Option<Span>,
+    /// Time a response may make no progress (the client takes no byte)
+    /// before its connection is closed; idle HTTP/2 connections are closed
+    /// after it too (default 60s).
+    #[arg(long, value_name = "TIME")]
+    pub send_timeout: Option<Span>,
+    /// Time SIGTERM waits for downloads in progress (default 30s).
+    #[arg(long, value_name = "TIME")]
+    pub drain_timeout: Option<Span>,
+    /// Storage reads in flight at once (default 16).
+    #[arg(long, value_name = "N")]
+    pub io_threads: Option<usize>,
+    /// Unsent bytes per connection kept in the kernel (default 128KiB; 0 =
+    /// system default). Small values let the scheduler see clients' real pace.
+    #[arg(long, value_name = "SIZE")]
+    pub send_lowat: Option<ByteSize>,
+    /// Send cached blocks with sendfile(2) from a memfd instead of copying
+    /// them into each socket (default true).
+    #[arg(long, value_name = "BOOL")]
+    pub zero_copy: Option<bool>,
+    /// Keep the zero-copy cache in an unlinked file in DIR instead of a
+    /// memfd: on a tmpfs mounted with huge=always (mount -t tmpfs -o
+    /// huge=always tmpfs DIR) sends walk huge pages, not 4 KiB ones.
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Keep hash indexes in DIR instead of DIR/.circus/index beside the data
+    /// (for a read-only tree; `circus index` builds them ahead).
+    #[arg(long, value_name = "DIR")]
+    pub index_dir: Option<PathBuf>,
+    /// Time a native request waits for its file's hash index to be built
+    /// before it is served the plain stream instead (default 2s; the build
+    /// goes on, and later requests are native).
+    #[arg(long, value_name = "TIME")]
+    pub index_wait: Option<Span>,
+    /// Cap on storage reads, bytes per second (e.g. 50MiB; default 0: none).
+    /// Downloads wait rather than read faster.
+    #[arg(long, value_name = "SIZE")]
+    pub read_rate: Option<ByteSize>,
+    /// Serve files and directories whose names start with a dot (.git/,
+    /// .env); by default they are answered 404.
+    #[arg(long, value_name = "BOOL")]
+    pub dotfiles: Option<bool>,
+    /// Answer a directory without an index.html with a listing of its
+    /// files (default true; false answers 403).
+    #[arg(long, value_name = "BOOL")]
+    pub listing: Option<bool>,
+    /// Serve this origin through the caching tier instead of a directory:
+    /// an HTTP server (http://host:port/ or https://host/) or an S3 bucket
+    /// (s3://BUCKET[/PREFIX]); --cache is then the tier's memory budget.
+    #[arg(long, value_name = "URL")]
+    pub origin: Option<String>,
+    /// Unit of origin fetches and storage (default 1MiB).
+    #[arg(long, value_name = "SIZE")]
+    pub origin_block: Option<ByteSize>,
+    /// Origin blocks fetched ahead of the furthest reader (default 4).
+    #[arg(long, value_name = "BLOCKS")]
+    pub origin_readahead: Option<u32>,
+    /// Time to wait for the origin's response head or next chunk (default 30s).
+    #[arg(long, value_name = "TIME")]
+    pub origin_timeout: Option<Span>,
+    /// CA certificates (PEM) for an https origin, which must chain to them
+    /// instead of the system's roots; for an S3 endpoint, trusted beside them.
+    #[arg(long, value_name = "PEM")]
+    pub origin_ca: Option<PathBuf>,
+    /// S3-compatible endpoint (e.g. http://127.0.0.1:9000) instead of AWS;
+    /// buckets are addressed path style. Credentials come from
+    /// AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the config file.
+    #[arg(long, value_name = "URL")]
+    pub s3_endpoint: Option<String>,
+    /// S3 region (default: AWS_REGION, else us-east-1).
+    #[arg(long)]
+    pub s3_region: Option<String>,
+    /// Allow plain HTTP to the S3 endpoint (default: when it is an http:// URL).
+    #[arg(long, value_name = "BOOL")]
+    pub s3_allow_http: Option<bool>,
+    /// Credentials; a flag would show them to every user in ps, so these
+    /// come from the config file or AWS_ACCESS_KEY_ID.
+    #[arg(skip)]
+    pub s3_access_key_id: Option<String>,
+    /// See s3_access_key_id; or AWS_SECRET_ACCESS_KEY.
+    #[arg(skip)]
+    pub s3_secret_access_key: Option<String>,
+    /// Freshness of S3 objects without a Cache-Control of their own
+    /// (default: heuristic, a tenth of their age, at most a day).
+    #[arg(long, value_name = "TIME")]
+    pub s3_max_age: Option<Span>,
+}
+
+impl Settings {
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        Ok(toml::from_str(text)?)
+    }
+
+    /// Overlays these settings on `cfg`, then validates the result.
+    pub fn apply(&self, cfg: &mut ServeConfig) -> Result<(), ConfigError> {
+        fn set<T: Copy>(target: &mut T, value: Option<T>) {
+            if let Some(v) = value {
+                *target = v;
+            }
+        }
+        if let Some(root) = &self.root {
+            cfg.root = root.clone();
+        }
+        let s = &mut cfg.sched;
+        set(&mut s.cache_bytes, self.cache.map(|b| b.0));
+        set(&mut s.policy, self.policy);
+        if let Some(b) = self.block {
+            s.block_size = u32::try_from(b.0).map_err(|_| ConfigError::BlockTooLarge(b))?;
+        }
+        set(&mut s.active_len, self.active.map(|b| b.0));
+        set(&mut s.queue_len, self.queue);
+        set(&mut s.leapfront, self.leapfront);
+        set(&mut s.threshold, self.threshold);
+        set(&mut s.readahead, self.readahead);
+        set(&mut s.favor, self.favor);
+        if let Some(listen) = &self.listen {
+            cfg.listen = listen.iter().flat_map(|l| l.addrs.iter().copied()).collect();
+        }
+        match &self.admin_listen {
+            None => {}
+            Some(Switch::Off) => cfg.admin_listen = None,
+            Some(Switch::On(l)) => cfg.admin_listen = Some(l.addrs[0]),
+        }
+        match (&self.tls_cert, &self.tls_key) {
+            (None, None) => {}
+            (Some(certs), Some(keys)) if certs.len() == keys.len() => {
+                cfg.tls = certs
+                    .iter()
+                    .zip(keys)
+                    .map(|(cert, key)| crate::tls::CertFiles { cert: cert.clone(), key: key.clone() })
+                    .collect();
+            }
+            _ => return Err(ConfigError::Tls("give one --tls-key for each --tls-cert, in the same order")),
+        }
+        set(&mut cfg.max_connections, self.max_connections);
+        set(&mut cfg.max_header_bytes, self.max_header.map(|b| b.0 as usize));
+        set(&mut cfg.io_threads, self.io_threads);
+        set(&mut cfg.header_timeout, self.header_timeout.map(|t| t.0));
+        set(&mut cfg.drain_timeout, self.drain_timeout.map(|t| t.0));
+        set(&mut cfg.zero_copy, self.zero_copy);
+        set(&mut cfg.dotfiles, self.dotfiles);
+        set(&mut cfg.listing, self.listing);
+        set(&mut cfg.send_timeout, self.send_timeout.map(|t| t.0));
+        set(&mut cfg.index_wait, self.index_wait.map(|t| t.0));
+        set(&mut cfg.max_connections_per_ip, self.max_connections_per_ip);
+        set(&mut cfg.max_streams, self.max_streams.map(|n| n.max(1)));
+        if let Some(dir) = &self.index_dir {
+            cfg.index_dir = Some(dir.clone());
+        }
+        if let Some(dir) = &self.cache_dir {
+            cfg.cache_dir = Some(dir.clone());
+        }
+        if let Some(r) = self.read_rate {
+            cfg.read_rate = Some(r.0).filter(|&v| v > 0);
+        }
+        if let Some(b) = self.send_lowat {
+            cfg.send_lowat = u32::try_from(b.0).ok().filter(|&v| v > 0);
+        }
+        if let Some(url) = &self.origin {
+            let source = parse_origin(url)?;
+            match cfg.origin.as_mut() {
+                // An origin named again (a flag over the file) keeps the
+                // other origin settings already given.
+                Some(o) => o.source = carry_s3_settings(source, &o.source),
+                None => cfg.origin = Some(OriginConfig::new(source)),
+            }
+        }
+        self.apply_s3(cfg)?;
+        if let Some(o) = cfg.origin.as_mut() {
+            if let Some(b) = self.origin_block {
+                o.block_size = u32::try_from(b.0).ok().filter(|&v| v > 0).ok_or(ConfigError::BlockTooLarge(b))?;
+            }
+            set(&mut o.readahead, self.origin_readahead);
+            set(&mut o.timeout, self.origin_timeout.map(|t| t.0));
+            if let Some(ca) = &self.origin_ca {
+                o.ca_file = Some(ca.clone());
+            }
+            let block = cfg.sched.block_size;
+            if o.block_size % block != 0 {
+                return Err(ConfigError::Origin(format!(
+                    "--origin-block ({}) must be a multiple of --block ({block}): native downloads of origin objects are cut into blocks of --block",
+                    o.block_size
+                )));
+            }
+        }
+        cfg.sched.validate()?;
+        crate::memory::MemoryPlan::new(cfg.sched.cache_bytes, cfg.sched.block_size, cfg.origin.as_ref())?;
+        Ok(())
+    }
+}
+
+impl Settings {
+    fn apply_s3(&self, cfg: &mut ServeConfig) -> Result<(), ConfigError> {
+        fn set<T: Clone>(target: &mut Option<T>, value: &Option<T>) {
+            if value.is_some() {
+                target.clone_from(value);
+            }
+        }
+        let Some(OriginSource::S3(s3)) = cfg.origin.as_mut().map(|o| &mut o.source) else {
+            let given = [
+                ("s3_endpoint", self.s3_endpoint.is_some()),
+                ("s3_region", self.s3_region.is_some()),
+                ("s3_allow_http", self.s3_allow_http.is_some()),
+                ("s3_access_key_id", self.s3_access_key_id.is_some()),
+                ("s3_secret_access_key", self.s3_secret_access_key.is_some()),
+                ("s3_max_age", self.s3_max_age.is_some()),
+            ];
+            return match given.iter().find(|(_, set)| *set) {
+                Some((name, _)) => Err(ConfigError::Origin(format!(
+                    "setting {name} applies to an S3 origin only: give origin = \"s3://BUCKET\" (--origin s3://BUCKET)"
+                ))),
+                None => Ok(()),
+            };
+        };
+        set(&mut s3.endpoint, &self.s3_endpoint);
+        set(&mut s3.region, &self.s3_region);
+        set(&mut s3.allow_http, &self.s3_allow_http);
+        set(&mut s3.access_key_id, &self.s3_access_key_id);
+        set(&mut s3.secret_access_key, &self.s3_secret_access_key);
+        set(&mut s3.max_age, &self.s3_max_age.map(|t| t.0));
+        if let Some(e) = &s3.endpoint
+            && !(e.starts_with("http://") || e.starts_with("https://"))
+        {
+            return Err(ConfigError::Origin(format!("S3 endpoint {e}: give an http:// or https:// URL")));
+        }
+        Ok(())
+    }
+}
+
+/// `http://host:port/prefix` or `s3://BUCKET[/PREFIX]`.
+fn parse_origin(url: &str) -> Result<OriginSource, ConfigError> {
+    if let Some(rest) = url.strip_prefix("s3://") {
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(ConfigError::Origin(format!("{url}: give a bucket, as in s3://BUCKET/PREFIX")));
+        }
+        let prefix = prefix.trim_matches('/').to_owned();
+        return Ok(OriginSource::S3(S3Config { bucket: bucket.to_owned(), prefix, ..S3Config::default() }));
+    }
+    let uri: http::Uri = url.parse().map_err(|e| ConfigError::Origin(format!("{url}: {e}")))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.authority().is_none() {
+        return Err(ConfigError::Origin(format!(
+            "{url}: give an http:// or https://host[:port]/ URL, or s3://BUCKET[/PREFIX]"
+        )));
+    }
+    Ok(OriginSource::Http(uri))
+}
+
+/// `new` with the S3 settings of `old` when both are S3 origins.
+fn carry_s3_settings(new: OriginSource, old: &OriginSource) -> OriginSource {
+    match (new, old) {
+        (OriginSource::S3(new), OriginSource::S3(old)) => {
+            OriginSource::S3(S3Config { bucket: new.bucket, prefix: new.prefix, ..old.clone() })
+        }
+        (new, _) => new,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// Each flag's help says its default as "(default VALUE...": giving
+    /// that value must change nothing, so the help cannot drift from
+    /// [`ServeConfig::new`].
+    #[test]
+    fn the_defaults_in_the_help_are_the_real_ones() {
+        use clap::{Args, FromArgMatches};
+        let cmd = Settings::augment_args(clap::Command::new("serve"));
+        // With an origin, so that the origin's settings count too.
+        let origin = Settings { origin: Some("http://origin.test/".into()), ..Settings::default() };
+        let mut base = ServeConfig::new("/srv".into());
+        origin.apply(&mut base).unwrap();
+        let defaults = format!("{base:?}");
+        let mut checked = 0;
+        for arg in cmd.get_arguments().filter(|a| a.get_long().is_some()) {
+            let long = arg.get_long().unwrap();
+            let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+            assert!(!help.is_empty(), "--{long} has no help line");
+            let Some(rest) = help.split("(default ").nth(1) else { continue };
+            let end = [")", ";", ",", ": "].iter().filter_map(|stop| rest.find(stop)).min().unwrap();
+            let value = &rest[..end];
+            let argv = ["serve", "--origin", "http://origin.test/", &format!("--{long}"), value];
+            let matches = cmd.clone().try_get_matches_from(argv).unwrap();
+            let mut cfg = ServeConfig::new("/srv".into());
+            Settings::from_arg_matches(&matches).unwrap().apply(&mut cfg).unwrap();
+            assert_eq!(format!("{cfg:?}"), defaults, "--{long} {value} is not the default");
+            checked += 1;
+        }
+        assert!(checked >= 25, "only {checked} defaults found");
+    }
+
+    #[test]
+    fn toml_overlays_and_rejects_unknown_keys() {
+        let mut cfg = ServeConfig::new("/srv".into());
+        Settings::parse("cache = \"1GiB\"\npolicy = \"sequential\"\nqueue = 8\n").unwrap().apply(&mut cfg).unwrap();
+        assert_eq!(
+            (cfg.sched.cache_bytes, cfg.sched.policy, cfg.sched.queue_len),
+            (1 << 30, PolicyKind::Sequential, 8)
+        );
+        assert!(Settings::parse("cahce = \"1GiB\"").unwrap_err().to_string().contains("unknown field"));
+        let bad = Settings::parse("block = \"huge\"").unwrap_err();
+        assert!(bad.to_string().contains("huge"), "{bad}");
+        let mut o = ServeConfig::new("/srv".into());
+        Settings::parse(
+            "origin = \"http://127.0.0.1:9000/files\"\norigin_block = \"256KiB\"\norigin_timeout = \"5s\"\n",
+        )
+        .unwrap()
+        .apply(&mut o)
+        .unwrap();
+        let origin = o.origin.unwrap();
+        assert_eq!((origin.source.to_string().as_str(), origin.block_size), ("http://127.0.0.1:9000/files", 256 << 10));
+        assert_eq!(origin.timeout, Duration::from_secs(5));
+        let tiny = Settings::parse("origin = \"http://x/\"\ncache = \"4MiB\"")
+            .unwrap()
+            .apply(&mut ServeConfig::new("/".into()));
+        assert!(tiny.unwrap_err().to_string().contains("give --cache 13981016 or more"));
+        let https = Settings::parse("origin = \"https://x/\"\norigin_ca = \"/ca.pem\"").unwrap();
+        let mut with_https = ServeConfig::new("/".into());
+        https.apply(&mut with_https).unwrap();
+        assert_eq!(with_https.origin.unwrap().ca_file.as_deref(), Some(std::path::Path::new("/ca.pem")));
+        let ftp = Settings::parse("origin = \"ftp://x/\"").unwrap().apply(&mut ServeConfig::new("/".into()));
+        assert!(ftp.unwrap_err().to_string().contains("https://host[:port]/"));
+        let stray = Settings::parse("s3_region = \"eu-west-1\"").unwrap().apply(&mut ServeConfig::new("/".into()));
+        assert!(stray.unwrap_err().to_string().contains("applies to an S3 origin only"));
+        let bytes = Settings::parse("cache = 1048576").unwrap();
+        assert_eq!(bytes.cache, Some(ByteSize(1 << 20)));
+    }
+
+    #[test]
+    fn s3_origin_from_file_then_flags() {
+        let mut cfg = ServeConfig::new("/".into());
+        let file = "origin = \"s3://media/v1/\"\ns3_endpoint = \"http://127.0.0.1:9000\"\ns3_region = \"eu-west-1\"\n\
+                    s3_access_key_id = \"AK\"\ns3_secret_access_key = \"SK\"\norigin_block = \"256KiB\"\n";
+        Settings::parse(file).unwrap().apply(&mut cfg).unwrap();
+        // A flag naming another bucket keeps the file's endpoint and keys.
+        let flags = Settings {
+            origin: Some("s3://other".into()),
+            s3_max_age: Some(Span(Duration::from_secs(60))),
+            ..Settings::default()
+        };
+        flags.apply(&mut cfg).unwrap();
+        let o = cfg.origin.unwrap();
+        let OriginSource::S3(s3) = &o.source else { panic!("{:?}", o.source) };
+        assert_eq!((s3.bucket.as_str(), s3.prefix.as_str()), ("other", ""));
+        assert_eq!((s3.endpoint.as_deref(), s3.region.as_deref()), (Some("http://127.0.0.1:9000"), Some("eu-west-1")));
+        assert_eq!((s3.access_key_id.as_deref(), s3.max_age), (Some("AK"), Some(Duration::from_secs(60))));
+        assert_eq!(o.block_size, 256 << 10);
+        assert!(!format!("{s3:?}").contains("SK"), "the secret stays out of Debug");
+        let prefixed = parse_origin("s3://media/v1/").unwrap();
+        assert_eq!(prefixed.to_string(), "s3://media/v1");
+        assert!(parse_origin("s3:///x").unwrap_err().to_string().contains("give a bucket"));
+        let bad = Settings::parse("origin = \"s3://b\"\ns3_endpoint = \"127.0.0.1:9000\"").unwrap();
+        assert!(bad.apply(&mut ServeConfig::new("/".into())).unwrap_err().to_string().contains("http:// or https://"));
+    }
+}
