@@ -4,9 +4,10 @@ use anyhow::Context;
 use circus_core::ByteSize;
 use circus_server::{ServeConfig, Server, Settings};
 use clap::Args;
-use std::path::PathBuf;
+use std::{path::PathBuf, sync::Arc};
+use tokio::signal::unix::{SignalKind, signal};
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     /// TOML file with settings: the keys are the flags' names with
     /// underscores (drain_timeout = "10s"); flags given here win.
@@ -52,38 +53,72 @@ pub fn main(args: ServeArgs) -> anyhow::Result<()> {
     warn_if_cache_exceeds_memory(cfg.sched.cache_bytes);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
+        // From here on SIGHUP reloads instead of ending the process.
+        let hangups = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
         let server = Server::bind(cfg.clone()).await?;
         // Tests and scripts read these lines to find the ports when given :0.
         let scheme = if cfg.tls.is_empty() { "http" } else { "https" };
         for addr in server.local_addrs() {
             println!("circus listening on {scheme}://{addr}");
         }
-        if let Some(certs) = server.certificates() {
-            tokio::spawn(reload_on_hangup(certs));
-        }
         if let Some(admin) = server.admin_addr() {
             println!("circus admin on http://{admin}");
         }
+        tokio::spawn(reload_on_hangup(hangups, args, cfg.clone(), server.certificates()));
         tracing::info!(root = %cfg.root.display(), origin = ?cfg.origin.as_ref().map(|o| o.source.to_string()), cache = %ByteSize(cfg.sched.cache_bytes), policy = ?cfg.sched.policy, "serving");
         server.run(shutdown_signal()).await?;
         Ok(())
     })
 }
 
-/// Reloads the certificates on each SIGHUP; open connections are kept.
-async fn reload_on_hangup(certs: std::sync::Arc<circus_server::tls::Certificates>) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut hangups) = signal(SignalKind::hangup()) else { return };
+/// On each SIGHUP the config file is read again, with the flags over it:
+/// the certificates are loaded again (from new paths if they changed), and
+/// settings that change only on a restart are named in the log. Open
+/// connections and downloads are not touched; a file with an error changes
+/// nothing.
+async fn reload_on_hangup(
+    mut hangups: tokio::signal::unix::Signal,
+    args: ServeArgs,
+    mut running: ServeConfig,
+    certs: Option<Arc<circus_server::tls::Certificates>>,
+) {
     while hangups.recv().await.is_some() {
-        match certs.reload() {
-            Ok(()) => tracing::info!("certificates reloaded"),
-            Err(e) => tracing::error!(error = %e, "certificates not reloaded; the ones in use stay"),
+        let fresh = match tokio::task::spawn_blocking({
+            let args = args.clone();
+            move || args.config()
+        })
+        .await
+        {
+            Ok(Ok(fresh)) => fresh,
+            Ok(Err(e)) => {
+                tracing::error!("configuration not reloaded, the settings in use stay: {e:#}");
+                continue;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "configuration not reloaded");
+                continue;
+            }
+        };
+        if let Some(certs) = certs.as_ref().filter(|_| !fresh.tls.is_empty()) {
+            match certs.replace(&fresh.tls) {
+                Ok(()) => {
+                    running.tls.clone_from(&fresh.tls);
+                    tracing::info!("certificates reloaded");
+                }
+                Err(e) => tracing::error!(error = %e, "certificates not reloaded; the ones in use stay"),
+            }
+        }
+        match running.differing(&fresh) {
+            pending if pending.is_empty() => tracing::info!("configuration reloaded"),
+            pending => tracing::warn!(
+                settings = %pending.join(", "),
+                "configuration reloaded; these settings change only when the server is restarted"
+            ),
         }
     }
 }
 
 async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {},

@@ -92,6 +92,74 @@ impl ServeConfig {
     }
 }
 
+impl ServeConfig {
+    /// The names of the settings (as flags and keys are named) whose values
+    /// differ between `self` and `other`: what a reload would change.
+    pub fn differing(&self, other: &ServeConfig) -> Vec<&'static str> {
+        // Every field named, so that a new setting cannot be left out here.
+        let ServeConfig {
+            root: _,
+            listen: _,
+            admin_listen: _,
+            tls: _,
+            sched: _,
+            max_connections: _,
+            max_header_bytes: _,
+            header_timeout: _,
+            io_threads: _,
+            drain_timeout: _,
+            send_lowat: _,
+            zero_copy: _,
+            cache_dir: _,
+            index_dir: _,
+            index_wait: _,
+            read_rate: _,
+            origin: _,
+            dotfiles: _,
+            listing: _,
+            send_timeout: _,
+            max_connections_per_ip: _,
+            max_streams: _,
+        } = self;
+        let (a, b) = (self, other);
+        let (sa, sb) = (&a.sched, &b.sched);
+        let same = |x: &dyn std::fmt::Debug, y: &dyn std::fmt::Debug| format!("{x:?}") == format!("{y:?}");
+        let fields: [(&'static str, bool); 30] = [
+            ("root", same(&a.root, &b.root)),
+            ("listen", same(&a.listen, &b.listen)),
+            ("admin_listen", same(&a.admin_listen, &b.admin_listen)),
+            ("tls_cert", same(&a.tls, &b.tls)),
+            ("cache", sa.cache_bytes == sb.cache_bytes),
+            ("policy", sa.policy == sb.policy),
+            ("block", sa.block_size == sb.block_size),
+            ("queue", sa.queue_len == sb.queue_len),
+            ("active", sa.active_len == sb.active_len),
+            ("leapfront", sa.leapfront == sb.leapfront),
+            ("threshold", sa.threshold == sb.threshold),
+            ("readahead", sa.readahead == sb.readahead),
+            ("favor", sa.favor == sb.favor),
+            ("max_connections", a.max_connections == b.max_connections),
+            ("max_header", a.max_header_bytes == b.max_header_bytes),
+            ("header_timeout", a.header_timeout == b.header_timeout),
+            ("io_threads", a.io_threads == b.io_threads),
+            ("drain_timeout", a.drain_timeout == b.drain_timeout),
+            ("send_lowat", a.send_lowat == b.send_lowat),
+            ("zero_copy", a.zero_copy == b.zero_copy),
+            ("cache_dir", a.cache_dir == b.cache_dir),
+            ("index_dir", a.index_dir == b.index_dir),
+            ("index_wait", a.index_wait == b.index_wait),
+            ("read_rate", a.read_rate == b.read_rate),
+            ("origin", same(&a.origin, &b.origin)),
+            ("dotfiles", a.dotfiles == b.dotfiles),
+            ("listing", a.listing == b.listing),
+            ("send_timeout", a.send_timeout == b.send_timeout),
+            ("max_connections_per_ip", a.max_connections_per_ip == b.max_connections_per_ip),
+            ("max_streams", a.max_streams == b.max_streams),
+        ];
+        fields.into_iter().filter(|(_, same)| !same).map(|(name, _)| name).collect()
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// Its message names the line and the key; the source is not repeated.

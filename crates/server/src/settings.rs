@@ -15,7 +15,7 @@ use std::path::PathBuf;
 
 /// Settings as the command line and the TOML file give them: every one
 /// optional, unknown keys rejected.
-#[derive(Debug, Default, Deserialize, clap::Args)]
+#[derive(Debug, Clone, Default, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
     /// Directory whose files are served (omit it with --origin).

@@ -54,13 +54,14 @@ pub fn server_config(pairs: &[CertFiles]) -> Result<Arc<ServerConfig>, TlsError>
 /// open keep theirs.
 #[derive(Debug)]
 pub struct Certificates {
-    files: Vec<CertFiles>,
+    files: std::sync::Mutex<Vec<CertFiles>>,
     current: std::sync::RwLock<Arc<ServerConfig>>,
 }
 
 impl Certificates {
     pub fn load(files: &[CertFiles]) -> Result<Self, TlsError> {
-        Ok(Certificates { files: files.to_vec(), current: std::sync::RwLock::new(server_config(files)?) })
+        let current = std::sync::RwLock::new(server_config(files)?);
+        Ok(Certificates { files: std::sync::Mutex::new(files.to_vec()), current })
     }
 
     /// The configuration for a new connection.
@@ -70,7 +71,15 @@ impl Certificates {
 
     /// Reads the files again; on any error the certificates in use stay.
     pub fn reload(&self) -> Result<(), TlsError> {
-        let fresh = server_config(&self.files)?;
+        let files = self.files.lock().expect("certificate files lock").clone();
+        self.replace(&files)
+    }
+
+    /// Serves `files` from now on (read now); on any error the
+    /// certificates in use stay.
+    pub fn replace(&self, files: &[CertFiles]) -> Result<(), TlsError> {
+        let fresh = server_config(files)?;
+        *self.files.lock().expect("certificate files lock") = files.to_vec();
         *self.current.write().expect("certificates lock") = fresh;
         Ok(())
     }

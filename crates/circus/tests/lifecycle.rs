@@ -1,0 +1,141 @@
+//! Signals, as an operator's service manager sends them: SIGHUP reloads
+//! the configuration without dropping a download, SIGTERM refuses new
+//! connections at once and lets downloads in progress finish.
+
+use std::{
+    io::{BufRead, BufReader},
+    net::TcpStream,
+    path::Path,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+/// `circus serve --config FILE`, its stderr in `log`; killed when dropped.
+struct Served {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(config: &Path, log: &Path) -> Served {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_circus"))
+        .args(["serve", "--config"])
+        .arg(config)
+        .env("CIRCUS_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    let addr = line.trim().strip_prefix("circus listening on http://").unwrap_or_else(|| panic!("{line:?}")).to_owned();
+    Served { child, addr }
+}
+
+fn signal(child: &Child, name: &str) {
+    let ok = Command::new("kill").args(["-s", name, &child.id().to_string()]).status().unwrap();
+    assert!(ok.success());
+}
+
+/// curl downloading `url` at `rate` into `out`.
+fn slow_download(url: &str, rate: &str, out: &Path) -> Child {
+    Command::new("curl")
+        .args(["-sS", "--fail", "--max-time", "60", "--limit-rate", rate, "-o"])
+        .arg(out)
+        .arg(url)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("curl is installed (.ci/run installs it)")
+}
+
+fn config(dir: &Path, root: &Path, cache: &str) -> std::path::PathBuf {
+    let path = dir.join("circus.toml");
+    let text = format!(
+        "root = {:?}\nlisten = [\"127.0.0.1:0\"]\nadmin_listen = \"off\"\ncache = {cache:?}\ndrain_timeout = \"20s\"\n",
+        root.to_str().unwrap()
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn sighup_reloads_the_configuration_without_dropping_any_of_twenty_downloads() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("files");
+    std::fs::create_dir(&root).unwrap();
+    let data: Vec<u8> = (0..(3u32 << 20)).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    std::fs::write(root.join("f.bin"), &data).unwrap();
+    let conf = config(dir.path(), &root, "64MiB");
+    let log = dir.path().join("server.log");
+    let mut s = serve(&conf, &log);
+    let url = format!("http://{}/f.bin", s.addr);
+    // 3 MiB at 1.5 MiB/s: each download is under way for about two seconds.
+    let outs: Vec<_> = (0..20).map(|i| dir.path().join(format!("out{i}"))).collect();
+    let mut curls: Vec<Child> = outs.iter().map(|o| slow_download(&url, "1500K", o)).collect();
+    std::thread::sleep(Duration::from_millis(600));
+    // A new cache size in the file (applied on restart only), then two
+    // hangups: the second while the first's reload may still be going on.
+    config(dir.path(), &root, "128MiB");
+    signal(&s.child, "HUP");
+    std::thread::sleep(Duration::from_millis(100));
+    signal(&s.child, "HUP");
+    for (i, curl) in curls.iter_mut().enumerate() {
+        let status = curl.wait().unwrap();
+        assert!(status.success(), "download {i} failed: {status}");
+        assert!(std::fs::read(&outs[i]).unwrap() == data, "download {i} differs");
+    }
+    assert!(s.child.try_wait().unwrap().is_none(), "the server ended on SIGHUP");
+    assert!(TcpStream::connect(&s.addr).is_ok(), "the server stopped listening");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("change only when the server is restarted") && text.contains("settings=cache"),
+        "the setting that needs a restart is not named:\n{text}"
+    );
+    // A broken file changes nothing and ends nothing.
+    std::fs::write(&conf, "cache = \"lots\"\n").unwrap();
+    signal(&s.child, "HUP");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(TcpStream::connect(&s.addr).is_ok(), "a bad reload stopped the server");
+    assert!(std::fs::read_to_string(&log).unwrap().contains("configuration not reloaded"));
+}
+
+#[test]
+fn sigterm_refuses_new_connections_at_once_and_lets_a_download_finish() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("files");
+    std::fs::create_dir(&root).unwrap();
+    let data = vec![5u8; 2 << 20];
+    std::fs::write(root.join("f.bin"), &data).unwrap();
+    let conf = config(dir.path(), &root, "64MiB");
+    let mut s = serve(&conf, &dir.path().join("server.log"));
+    let out = dir.path().join("out");
+    // 2 MiB at 1 MiB/s: still going when SIGTERM comes.
+    let mut curl = slow_download(&format!("http://{}/f.bin", s.addr), "1M", &out);
+    std::thread::sleep(Duration::from_millis(500));
+    signal(&s.child, "TERM");
+    let sent = Instant::now();
+    let refused = loop {
+        match TcpStream::connect(&s.addr) {
+            Err(_) => break sent.elapsed(),
+            Ok(_) if sent.elapsed() > Duration::from_secs(2) => panic!("still accepting 2 s after SIGTERM"),
+            Ok(_) => std::thread::sleep(Duration::from_millis(2)),
+        }
+    };
+    eprintln!("new connections refused {refused:?} after SIGTERM");
+    assert!(refused < Duration::from_millis(100), "refused only after {refused:?}");
+    assert!(curl.wait().unwrap().success(), "the download in progress was dropped");
+    assert_eq!(std::fs::read(&out).unwrap(), data);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the server did not exit after draining");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
