@@ -65,6 +65,10 @@ pub fn main(args: ServeArgs) -> anyhow::Result<()> {
             println!("circus admin on http://{admin}");
         }
         tokio::spawn(reload_on_hangup(hangups, args, cfg.clone(), server.certificates()));
+        if let Some(log) = server.access_log() {
+            let usr1 = signal(SignalKind::user_defined1()).context("installing the SIGUSR1 handler")?;
+            tokio::spawn(reopen_on_usr1(usr1, log));
+        }
         tracing::info!(root = %cfg.root.display(), origin = ?cfg.origin.as_ref().map(|o| o.source.to_string()), cache = %ByteSize(cfg.sched.cache_bytes), policy = ?cfg.sched.policy, "serving");
         server.run(shutdown_signal()).await?;
         Ok(())
@@ -114,6 +118,17 @@ async fn reload_on_hangup(
                 settings = %pending.join(", "),
                 "configuration reloaded; these settings change only when the server is restarted"
             ),
+        }
+    }
+}
+
+/// SIGUSR1 reopens the access log file by its path (logrotate's
+/// `postrotate`), as nginx does.
+async fn reopen_on_usr1(mut usr1: tokio::signal::unix::Signal, log: Arc<circus_server::access_log::AccessLog>) {
+    while usr1.recv().await.is_some() {
+        match log.reopen() {
+            Ok(()) => tracing::info!("access log reopened"),
+            Err(e) => tracing::error!(error = %e, "access log not reopened; lines go to the file already open"),
         }
     }
 }

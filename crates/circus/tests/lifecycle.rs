@@ -139,3 +139,53 @@ fn sigterm_refuses_new_connections_at_once_and_lets_a_download_finish() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn the_access_log_has_a_line_per_request_and_sigusr1_reopens_it_after_rotation() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("files");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join("small.txt"), b"hello").unwrap();
+    std::fs::write(root.join("big.bin"), vec![1u8; 1 << 20]).unwrap();
+    let log = dir.path().join("access.log");
+    let conf = config(dir.path(), &root, "64MiB");
+    let mut text = std::fs::read_to_string(&conf).unwrap();
+    text += &format!("access_log = {:?}\n", log.to_str().unwrap());
+    std::fs::write(&conf, text).unwrap();
+    let s = serve(&conf, &dir.path().join("server.log"));
+    let curl = |path: &str, extra: &[&str]| {
+        let out = Command::new("curl")
+            .args(["-sS", "-o", "/dev/null", "-A", "test-agent \"quoted\""])
+            .args(extra)
+            .arg(format!("http://{}{path}", s.addr))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    // The full path, then the hit lane once the small file is resident,
+    // a miss, and a HEAD.
+    curl("/small.txt", &[]);
+    curl("/big.bin", &[]);
+    curl("/small.txt?again", &[]);
+    curl("/missing", &[]);
+    curl("/big.bin", &["-I"]);
+    std::thread::sleep(Duration::from_millis(200));
+    let lines = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = lines.lines().collect();
+    assert_eq!(lines.len(), 5, "{lines:#?}");
+    assert!(lines[0].starts_with("127.0.0.1 - - ["), "{}", lines[0]);
+    assert!(lines[0].contains("\"GET /small.txt HTTP/1.1\" 200 5 \"-\" \"test-agent \\\"quoted\\\"\""), "{}", lines[0]);
+    assert!(lines[1].contains("\"GET /big.bin HTTP/1.1\" 200 1048576 ") && lines[1].contains("mode=plain tls=0"));
+    assert!(lines[3].contains("\"GET /missing HTTP/1.1\" 404 "), "{}", lines[3]);
+    assert!(lines[4].contains("\"HEAD /big.bin HTTP/1.1\" 200 0 "), "{}", lines[4]);
+    // logrotate: the file is moved away, SIGUSR1, and lines go to a new file.
+    let rotated = dir.path().join("access.log.1");
+    std::fs::rename(&log, &rotated).unwrap();
+    signal(&s.child, "USR1");
+    std::thread::sleep(Duration::from_millis(300));
+    curl("/small.txt", &[]);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(std::fs::read_to_string(&rotated).unwrap().lines().count(), 5);
+    let fresh = std::fs::read_to_string(&log).expect("SIGUSR1 reopened the log by its path");
+    assert_eq!(fresh.lines().count(), 1, "{fresh}");
+}

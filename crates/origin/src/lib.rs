@@ -166,6 +166,9 @@ pub enum Purge {
     Prefix(String),
 }
 
+/// RFC 9211's field: how the tier's store took part in a response.
+pub const CACHE_STATUS: &str = "cache-status";
+
 /// What the tier answers a request with.
 #[derive(Debug)]
 pub enum Answer {
@@ -248,6 +251,24 @@ impl OriginTier {
 
     /// Answers a GET or HEAD for `req`'s target.
     pub async fn handle<B>(self: &Arc<Self>, req: &Request<B>, head: bool) -> Result<Answer, HttpError> {
+        let mut status = "circus; fwd=uri-miss";
+        let mut answer = self.answer(req, head, &mut status).await?;
+        let value = http::HeaderValue::from_static(status);
+        match &mut answer {
+            Answer::Response(res) => res.headers_mut().insert(CACHE_STATUS, value),
+            Answer::Native { headers, .. } => headers.insert(CACHE_STATUS, value),
+        };
+        Ok(answer)
+    }
+
+    /// [`OriginTier::handle`], saying in `status` how the store took part
+    /// (RFC 9211's `hit`, `fwd=uri-miss`, `fwd=stale`, `fwd=bypass`).
+    async fn answer<B>(
+        self: &Arc<Self>,
+        req: &Request<B>,
+        head: bool,
+        status: &mut &'static str,
+    ) -> Result<Answer, HttpError> {
         // Normalised before anything else: the origin and the store only
         // ever see a target inside the prefix.
         let target = &target::normalize(req.uri().path_and_query().map_or("/", |p| p.as_str()))?;
@@ -267,24 +288,31 @@ impl OriginTier {
             });
             if let Some(o) = shared.filter(|_| credentials) {
                 self.metrics.hits.inc();
+                *status = "circus; hit";
                 return Ok(self.respond(&o, h, head, now));
             }
+            *status = "circus; fwd=bypass";
             return self.relay(target, h, head).await.map(Answer::from);
         }
         let found = self.store.object(target, |o| o.selected_by(h));
         let outcome = match found {
             Some(o) if o.freshness.usable(h, now) => {
                 self.metrics.hits.inc();
+                *status = "circus; hit";
                 Lookup::Stored(o)
             }
             Some(o) if o.freshness.serve_while_revalidating(h, now) => {
                 self.metrics.hits.inc();
+                *status = "circus; hit";
                 self.revalidate_in_background(target, h, o.clone());
                 Lookup::Stored(o)
             }
             _ if CacheControl::parse(h).only_if_cached => return Err(HttpError::NotStored),
             stale => {
                 self.metrics.misses.inc();
+                if stale.is_some() {
+                    *status = "circus; fwd=stale";
+                }
                 let fallback = stale.clone().filter(|o| o.freshness.serve_on_error(h, now));
                 match (self.lookup(target, h, stale).await, fallback) {
                     (out, Some(o)) if out.is_origin_error() => Lookup::Stored(o),

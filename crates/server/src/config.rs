@@ -59,6 +59,9 @@ pub struct ServeConfig {
     pub max_connections_per_ip: usize,
     /// Streams one HTTP/2 connection may have open at once.
     pub max_streams: u32,
+    /// Where a line per request goes (off by default).
+    pub access_log: crate::access_log::Target,
+    pub access_log_format: crate::access_log::Format,
 }
 
 impl ServeConfig {
@@ -88,6 +91,8 @@ impl ServeConfig {
             send_timeout: Duration::from_secs(60),
             max_connections_per_ip: 0,
             max_streams: 100,
+            access_log: crate::access_log::Target::Off,
+            access_log_format: crate::access_log::Format::Combined,
         }
     }
 }
@@ -120,11 +125,13 @@ impl ServeConfig {
             send_timeout: _,
             max_connections_per_ip: _,
             max_streams: _,
+            access_log: _,
+            access_log_format: _,
         } = self;
         let (a, b) = (self, other);
         let (sa, sb) = (&a.sched, &b.sched);
         let same = |x: &dyn std::fmt::Debug, y: &dyn std::fmt::Debug| format!("{x:?}") == format!("{y:?}");
-        let fields: [(&'static str, bool); 30] = [
+        let fields: [(&'static str, bool); 32] = [
             ("root", same(&a.root, &b.root)),
             ("listen", same(&a.listen, &b.listen)),
             ("admin_listen", same(&a.admin_listen, &b.admin_listen)),
@@ -155,6 +162,8 @@ impl ServeConfig {
             ("send_timeout", a.send_timeout == b.send_timeout),
             ("max_connections_per_ip", a.max_connections_per_ip == b.max_connections_per_ip),
             ("max_streams", a.max_streams == b.max_streams),
+            ("access_log", a.access_log == b.access_log),
+            ("access_log_format", a.access_log_format == b.access_log_format),
         ];
         fields.into_iter().filter(|(_, same)| !same).map(|(name, _)| name).collect()
     }

@@ -15,11 +15,14 @@
 //! sees exactly the bytes the client sent. The lane therefore only has to
 //! be right about what it answers, not about HTTP as a whole.
 
-use crate::activity::Activity;
+use crate::{
+    access_log::{AccessLog, Entry},
+    activity::Activity,
+};
 use bytes::{Buf, Bytes, BytesMut};
 use circus_http::HitSource;
 use prometheus_client::metrics::counter::Counter;
-use std::{io, time::Duration};
+use std::{io, net::SocketAddr, time::Duration};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
@@ -67,7 +70,9 @@ pub(crate) async fn run(
     mut shutdown: watch::Receiver<bool>,
     answered: &Counter,
     activity: &Activity,
+    log: Option<&AccessLog>,
 ) -> io::Result<Exit> {
+    let log = log.map(|log| (log, stream.peer_addr().ok()));
     let mut buf = BytesMut::with_capacity(8 * 1024);
     // Grows to the largest batch; most connections stay small.
     let mut out = Vec::new();
@@ -84,7 +89,7 @@ pub(crate) async fn run(
             return Ok(if buf.is_empty() { Exit::Closed } else { Exit::HandOff(stream, buf.freeze()) });
         }
         loop {
-            let (count, batch) = answer_all(&mut buf, source, &mut out);
+            let (count, batch) = answer_all(&mut buf, source, &mut out, log);
             if count > 0 {
                 answered.inc_by(count);
                 stream.write_all(&out).await?;
@@ -113,7 +118,12 @@ enum Batch {
 
 /// Answers the complete requests at the front of `buf` into `out`,
 /// consuming them, until one is not the lane's; returns how many it answered.
-fn answer_all(buf: &mut BytesMut, source: &dyn HitSource, out: &mut Vec<u8>) -> (u64, Batch) {
+fn answer_all(
+    buf: &mut BytesMut,
+    source: &dyn HitSource,
+    out: &mut Vec<u8>,
+    log: Option<(&AccessLog, Option<SocketAddr>)>,
+) -> (u64, Batch) {
     let mut count = 0;
     let batch = loop {
         if buf.is_empty() {
@@ -145,13 +155,40 @@ fn answer_all(buf: &mut BytesMut, source: &dyn HitSource, out: &mut Vec<u8>) -> 
         {
             break Batch::Other;
         }
+        let start = out.len();
         if !source.render(target, head, req.headers, out) {
             break Batch::Other;
+        }
+        if let Some((log, peer)) = log {
+            log_answer(log, peer, &req, head, &out[start..]);
         }
         buf.advance(len);
         count += 1;
     };
     (count, batch)
+}
+
+/// The access log's line for a request the lane answered with `response`.
+fn log_answer(log: &AccessLog, peer: Option<SocketAddr>, req: &httparse::Request<'_, '_>, head: bool, response: &[u8]) {
+    let field = |name: &str| {
+        req.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).and_then(|h| std::str::from_utf8(h.value).ok())
+    };
+    let status = response.get(9..12).and_then(|s| std::str::from_utf8(s).ok()?.parse().ok()).unwrap_or(0);
+    let body_at = response.windows(4).position(|w| w == b"\r\n\r\n").map_or(response.len(), |p| p + 4);
+    log.write(&Entry {
+        peer,
+        method: if head { "HEAD" } else { "GET" },
+        target: req.path.unwrap_or(""),
+        version: "HTTP/1.1",
+        status,
+        bytes: (response.len() - body_at) as u64,
+        duration: Duration::ZERO,
+        native: false,
+        tls: false,
+        cache: "hit",
+        referer: field("referer"),
+        user_agent: field("user-agent"),
+    });
 }
 
 /// One request head the lane offered to its [`HitSource`], as the fuzz
@@ -204,7 +241,7 @@ pub fn answer_for_fuzzing(input: &[u8], hit: impl FnMut(&str) -> bool + Send) ->
     let mut buf = BytesMut::from(input);
     let mut out = Vec::new();
     let handed_off = loop {
-        match answer_all(&mut buf, &source, &mut out).1 {
+        match answer_all(&mut buf, &source, &mut out, None).1 {
             Batch::Full => out.clear(),
             Batch::NeedMore => break false,
             Batch::Other => break true,
@@ -243,7 +280,7 @@ mod tests {
     fn answer(input: &[u8]) -> (Vec<u8>, Vec<u8>, bool) {
         let mut buf = BytesMut::from(input);
         let mut out = Vec::new();
-        let handed = matches!(answer_all(&mut buf, &OneObject, &mut out).1, Batch::Other);
+        let handed = matches!(answer_all(&mut buf, &OneObject, &mut out, None).1, Batch::Other);
         (out, buf.to_vec(), handed)
     }
 

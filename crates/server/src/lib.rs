@@ -33,6 +33,7 @@
 //! # }
 //! ```
 
+pub mod access_log;
 mod activity;
 mod admin;
 mod arena;
@@ -91,6 +92,8 @@ pub struct Server {
     admin: Option<TcpListener>,
     /// Cache memory that connections send from without copying.
     arena: Option<Arc<arena::Arena>>,
+    /// `--access-log`: a line per request.
+    access_log: Option<Arc<access_log::AccessLog>>,
     state: Arc<AppState>,
     cfg: ServeConfig,
 }
@@ -159,7 +162,8 @@ impl Server {
                 tls::Certificates::load(certs).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?,
             )),
         };
-        Ok(Server { listeners, tls, admin, arena, state, cfg })
+        let access_log = access_log::AccessLog::open(cfg.access_log.clone(), cfg.access_log_format)?.map(Arc::new);
+        Ok(Server { listeners, tls, admin, arena, access_log, state, cfg })
     }
 
     /// The first listener's address.
@@ -176,6 +180,11 @@ impl Server {
     /// listener speaks HTTPS.
     pub fn certificates(&self) -> Option<Arc<tls::Certificates>> {
         self.tls.clone()
+    }
+
+    /// The access log, for reopening it (SIGUSR1), when there is one.
+    pub fn access_log(&self) -> Option<Arc<access_log::AccessLog>> {
+        self.access_log.clone()
     }
 
     /// The admin listener's address, when there is one.
@@ -261,7 +270,8 @@ impl Server {
             let activity = activity::Activity::new();
             let registration = open.register(&activity);
             let tls = self.tls.as_ref().map(|c| tokio_rustls::TlsAcceptor::from(c.current()));
-            let conn = Connection { state, lane, limits, stopping, answered, busy, builder, arena, activity, tls };
+            let log = self.access_log.clone();
+            let conn = Connection { state, lane, limits, stopping, answered, busy, builder, arena, activity, tls, log };
             tokio::spawn(async move {
                 metrics.connections.inc();
                 // The watchdog closes the connection by dropping it
@@ -320,26 +330,31 @@ struct Connection {
     activity: Arc<activity::Activity>,
     /// HTTPS: the handshake first, then hyper (no hit lane, no sendfile).
     tls: Option<tokio_rustls::TlsAcceptor>,
+    log: Option<Arc<access_log::AccessLog>>,
 }
 
 impl Connection {
     /// The hit lane first, then hyper for the rest of the connection's life.
     async fn serve(self, stream: tokio::net::TcpStream, watcher: hyper_util::server::graceful::Watcher) {
-        let Connection { state, lane, limits, stopping, answered, busy, builder, arena, activity, tls } = self;
+        let Connection { state, lane, limits, stopping, answered, busy, builder, arena, activity, tls, log } = self;
         let peer = stream.peer_addr().ok();
         let lane = lane.filter(|_| tls.is_none());
         let (stream, unread) = match lane {
             None => (stream, Bytes::new()),
-            Some(tier) => match hitlane::run(stream, &*tier, limits, stopping, &answered, &activity).await {
-                Ok(hitlane::Exit::HandOff(stream, unread)) => (stream, unread),
-                Ok(hitlane::Exit::Closed) | Err(_) => return,
-            },
+            Some(tier) => {
+                match hitlane::run(stream, &*tier, limits, stopping, &answered, &activity, log.as_deref()).await {
+                    Ok(hitlane::Exit::HandOff(stream, unread)) => (stream, unread),
+                    Ok(hitlane::Exit::Closed) | Err(_) => return,
+                }
+            }
         };
         let counted = activity.clone();
+        let encrypted = tls.is_some();
         let service = service_fn(move |req| {
             let state = state.clone();
             let in_flight = counted.response();
             let connection = counted.clone();
+            let logged = log.as_ref().map(|log| access_log::Pending::of(log.clone(), &req, peer, encrypted));
             activity::on_connection(connection, async move {
                 let res = if busy {
                     let mut res = http::error_response(&HttpError::Busy);
@@ -347,6 +362,10 @@ impl Connection {
                     res
                 } else {
                     http::handle(state, req).await
+                };
+                let res = match logged {
+                    Some(pending) => pending.answered(res),
+                    None => res,
                 };
                 Ok::<_, std::convert::Infallible>(res.map(|body| activity::Counted::new(body, in_flight)))
             })

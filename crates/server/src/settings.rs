@@ -132,6 +132,15 @@ pub struct Settings {
     /// files (default true; false answers 403).
     #[arg(long, value_name = "BOOL")]
     pub listing: Option<bool>,
+    /// A line per request (time, peer, request, status, bytes, duration,
+    /// native or plain, TLS, cache hit or miss): off, stderr or a file,
+    /// reopened on SIGUSR1 for logrotate (default off).
+    #[arg(long, value_name = "off|stderr|FILE")]
+    pub access_log: Option<crate::access_log::Target>,
+    /// combined (what log tools read, circus's fields after it) or json
+    /// (default combined).
+    #[arg(long, value_name = "FORMAT")]
+    pub access_log_format: Option<crate::access_log::Format>,
     /// Serve this origin through the caching tier instead of a directory:
     /// an HTTP server (http://host:port/ or https://host/) or an S3 bucket
     /// (s3://BUCKET[/PREFIX]); --cache is then the tier's memory budget.
@@ -228,6 +237,10 @@ impl Settings {
         set(&mut cfg.zero_copy, self.zero_copy);
         set(&mut cfg.dotfiles, self.dotfiles);
         set(&mut cfg.listing, self.listing);
+        if let Some(target) = &self.access_log {
+            cfg.access_log = target.clone();
+        }
+        set(&mut cfg.access_log_format, self.access_log_format);
         set(&mut cfg.send_timeout, self.send_timeout.map(|t| t.0));
         set(&mut cfg.index_wait, self.index_wait.map(|t| t.0));
         set(&mut cfg.max_connections_per_ip, self.max_connections_per_ip);
