@@ -7,12 +7,12 @@ mod index;
 mod serve;
 mod sim;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
 #[command(
     name = "circus",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("CIRCUS_COMMIT"), ")"),
     about = "Content server for large, popular files: one storage read serves every client"
 )]
 struct Cli {
@@ -32,6 +32,10 @@ enum Command {
     Get(get::GetArgs),
     /// Build the hash indexes of a directory's files ahead of serving.
     Index(index::IndexArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions { shell: clap_complete::Shell },
+    /// Print the manual page (roff): circus man > circus.1
+    Man,
 }
 
 fn main() {
@@ -57,10 +61,33 @@ fn main() {
         Command::Bench(args) => bench::main(args),
         Command::Get(args) => get::main(args),
         Command::Index(args) => index::main(args),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "circus", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man => man(),
     };
     // One line naming the problem and its cause chain, never a backtrace.
     if let Err(e) = result {
+        // `circus man | head`: the reader left; nothing went wrong here.
+        if e.chain()
+            .any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe))
+        {
+            std::process::exit(0);
+        }
         eprintln!("circus: {e:#}");
         std::process::exit(1);
     }
+}
+
+/// The manual: `circus` and each subcommand as its own section.
+fn man() -> anyhow::Result<()> {
+    let cmd = Cli::command();
+    let mut out = std::io::stdout().lock();
+    clap_mangen::Man::new(cmd.clone()).render(&mut out)?;
+    for sub in cmd.get_subcommands().filter(|s| !matches!(s.get_name(), "completions" | "man" | "help")) {
+        let name: &'static str = format!("circus-{}", sub.get_name()).leak();
+        clap_mangen::Man::new(sub.clone().name(name)).render(&mut out)?;
+    }
+    Ok(())
 }

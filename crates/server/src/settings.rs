@@ -392,6 +392,24 @@ mod tests {
         assert!(checked >= 25, "only {checked} defaults found");
     }
 
+    /// dist/circus.toml names every setting, and the values it sets are
+    /// the defaults.
+    #[test]
+    fn the_shipped_config_file_has_every_setting_at_its_default() {
+        use clap::Args;
+        let text = include_str!("../../../dist/circus.toml");
+        let cmd = Settings::augment_args(clap::Command::new("serve"));
+        for arg in cmd.get_arguments() {
+            let key = arg.get_id().as_str();
+            let named = text.lines().any(|l| l.trim_start_matches("# ").starts_with(&format!("{key} = ")));
+            assert!(named, "dist/circus.toml does not name {key}");
+        }
+        let file = Settings::parse(text).unwrap();
+        let mut cfg = ServeConfig::new("/srv/circus".into());
+        file.apply(&mut cfg).unwrap();
+        assert_eq!(format!("{cfg:?}"), format!("{:?}", ServeConfig::new("/srv/circus".into())));
+    }
+
     #[test]
     fn toml_overlays_and_rejects_unknown_keys() {
         let mut cfg = ServeConfig::new("/srv".into());
