@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Args)]
 #[command(after_help = EXIT_CODES)]
 pub struct GetArgs {
-    /// The file's http:// URL.
+    /// The file's http:// or https:// URL.
     url: String,
     /// Where to save it (default: the last part of the URL's path, in the
     /// current directory, if no such file exists and it does not start with
@@ -44,6 +44,10 @@ pub struct GetArgs {
     /// (blocks are still verified one by one in native mode).
     #[arg(long, conflicts_with = "expect_digest")]
     no_verify_digest: bool,
+    /// For https://: trust only the CA certificates in FILE (PEM), not the
+    /// system's roots.
+    #[arg(long, value_name = "FILE")]
+    cacert: Option<PathBuf>,
     /// No progress bar and no messages, only errors.
     #[arg(short, long)]
     quiet: bool,
@@ -88,6 +92,7 @@ fn run(args: GetArgs) -> Result<Report, GetError> {
     opts.expect_digest =
         args.expect_digest.as_deref().map(Sha256Digest::parse).transpose().map_err(|e| usage("expect-digest", &e))?;
     opts.verify_digest = !args.no_verify_digest;
+    opts.ca_file = args.cacert;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -95,7 +100,7 @@ fn run(args: GetArgs) -> Result<Report, GetError> {
     let progress = BarProgress::new(args.quiet);
     runtime.block_on(async {
         if to_stdout {
-            let client = circus_client::http_client(opts.timeout);
+            let client = circus_client::https_client(opts.timeout, opts.ca_file.as_deref())?;
             circus_client::download_to_writer(&client, &opts, &progress, std::io::stdout()).await
         } else {
             circus_client::download(&opts, &progress).await

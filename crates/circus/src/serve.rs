@@ -64,6 +64,9 @@ pub fn main(args: ServeArgs) -> anyhow::Result<()> {
         if let Some(admin) = server.admin_addr() {
             println!("circus admin on http://{admin}");
         }
+        if let Some(redirect) = server.redirect_addr() {
+            println!("circus redirecting http://{redirect} to https");
+        }
         tokio::spawn(reload_on_hangup(hangups, args, cfg.clone(), server.certificates()));
         if let Some(log) = server.access_log() {
             let usr1 = signal(SignalKind::user_defined1()).context("installing the SIGUSR1 handler")?;

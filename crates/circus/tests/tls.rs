@@ -28,6 +28,8 @@ fn certificate(dir: &Path, name: &str) -> (String, String) {
     let out = run(Command::new("openssl")
         .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
         .args(["-subj", &format!("/CN={name}"), "-addext", &format!("subjectAltName=DNS:{name}")])
+        // An end-entity certificate (rustls refuses a CA as the server's own).
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
         .arg("-keyout")
         .arg(&key)
         .arg("-out")
@@ -124,4 +126,86 @@ fn sighup_reloads_the_certificates_without_dropping_a_download() {
     assert!(curl("a.test", port, "/big.bin", kept_ca.to_str().unwrap(), &["-o", "/dev/null"]).is_err());
     assert!(download.wait().unwrap().success(), "the download across the reload failed");
     assert!(std::fs::read(&out).unwrap() == big, "the download across the reload is not the file");
+}
+
+/// `circus get https://` trusting the test's CA: the native stream (verified
+/// blocks) over TLS; without that CA the certificate is refused, never
+/// downgraded to plain HTTP.
+#[test]
+fn circus_get_downloads_natively_over_https_and_refuses_an_untrusted_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("files");
+    std::fs::create_dir(&root).unwrap();
+    let data: Vec<u8> = (0..(3u32 << 20) + 777).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    std::fs::write(root.join("big.bin"), &data).unwrap();
+    let pair = certificate(dir.path(), "localhost");
+    let (_server, port) = serve(&root, &[&pair]);
+    let url = format!("https://localhost:{port}/big.bin");
+    let get = |out: &Path, extra: &[&str]| {
+        run(Command::new(env!("CARGO_BIN_EXE_circus"))
+            .args(["get", "--retries", "1", "--timeout", "10s", "-o"])
+            .arg(out)
+            .args(extra)
+            .arg(&url))
+    };
+    // The first native request may find the index still being built and
+    // get the plain stream; once built, downloads are native.
+    let mut native = false;
+    for attempt in 0..20 {
+        let out = dir.path().join(format!("got{attempt}"));
+        let done = get(&out, &["--cacert", &pair.0]);
+        let said = String::from_utf8_lossy(&done.stderr);
+        assert!(done.status.success(), "{said}");
+        assert!(std::fs::read(&out).unwrap() == data, "the file differs");
+        if said.contains("native") {
+            native = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(native, "never a native download over https");
+    let refused = get(&dir.path().join("untrusted"), &[]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{said}");
+    assert!(said.contains("certificate"), "{said}");
+    assert!(!dir.path().join("untrusted").exists());
+}
+
+/// `--redirect-listen`: plain HTTP is answered with a redirect to the
+/// same target over https, which curl follows to the file.
+#[test]
+fn the_cleartext_listener_redirects_to_https() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f.txt"), b"over tls").unwrap();
+    let (cert, key) = certificate(dir.path(), "localhost");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_circus"))
+        .arg("serve")
+        .arg(dir.path())
+        .args(["--listen", "127.0.0.1:0", "--admin-listen", "off", "--redirect-listen", "127.0.0.1:0"])
+        .args(["--tls-cert", &cert, "--tls-key", &key])
+        .env("CIRCUS_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let _served = Served(child);
+    let mut lines = [String::new(), String::new()];
+    for line in &mut lines {
+        out.read_line(line).unwrap();
+    }
+    let port = |prefix: &str, line: &str| -> u16 {
+        let rest = line.trim().strip_prefix(prefix).unwrap_or_else(|| panic!("{lines:?}"));
+        rest.split_whitespace().next().unwrap().rsplit(':').next().unwrap().parse().unwrap()
+    };
+    let https = port("circus listening on https://", &lines[0]);
+    let plain = port("circus redirecting http://", &lines[1]);
+    let head = run(Command::new("curl")
+        .args(["-sS", "-o", "/dev/null", "-w", "%{http_code} %{redirect_url}"])
+        .arg(format!("http://localhost:{plain}/f.txt?x=1")));
+    assert_eq!(String::from_utf8_lossy(&head.stdout), format!("308 https://localhost:{https}/f.txt?x=1"));
+    let followed = run(Command::new("curl")
+        .args(["-sS", "-L", "--cacert", &cert, "--resolve", &format!("localhost:{https}:127.0.0.1")])
+        .arg(format!("http://localhost:{plain}/f.txt")));
+    assert_eq!(String::from_utf8_lossy(&followed.stdout), "over tls", "{}", String::from_utf8_lossy(&followed.stderr));
 }

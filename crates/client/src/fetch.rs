@@ -7,26 +7,41 @@ use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode, Uri, header};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::{
     client::legacy::{Client, connect::HttpConnector},
     rt::{TokioExecutor, TokioTimer},
 };
-use std::time::{Duration, SystemTime};
+use std::{
+    path::Path,
+    time::{Duration, SystemTime},
+};
 use tokio::time::timeout;
 
-/// The HTTP client downloads use: plain `http://`, HTTP/1.1, pooled. Clone
-/// it freely; clones share the pool.
-pub type HttpClient = Client<HttpConnector, Empty<Bytes>>;
+/// The HTTP client downloads use: `http://` and `https://`, HTTP/1.1,
+/// pooled. Clone it freely; clones share the pool.
+pub type HttpClient = Client<HttpsConnector<HttpConnector>, Empty<Bytes>>;
 
 /// Redirects followed before giving up, as browsers and curl do.
 const MAX_REDIRECTS: usize = 10;
 
-/// A client whose connection attempts give up after `connect_timeout`.
+/// A client whose connection attempts give up after `connect_timeout`,
+/// trusting the system's roots for `https://`.
 pub fn http_client(connect_timeout: Duration) -> HttpClient {
+    https_client(connect_timeout, None).expect("the system roots need no file")
+}
+
+/// [`http_client`] trusting only `ca_file`'s certificates (PEM) for
+/// `https://` when one is given.
+pub fn https_client(connect_timeout: Duration, ca_file: Option<&Path>) -> Result<HttpClient, GetError> {
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(Some(connect_timeout));
     connector.set_nodelay(true);
-    Client::builder(TokioExecutor::new()).pool_timer(TokioTimer::new()).build(connector)
+    connector.enforce_http(false);
+    let tls = crate::tls::client_config(ca_file)?;
+    let https =
+        HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().wrap_connector(connector);
+    Ok(Client::builder(TokioExecutor::new()).pool_timer(TokioTimer::new()).build(https))
 }
 
 /// Why an attempt stopped short of the whole file.
@@ -64,13 +79,12 @@ impl From<GetError> for Stop {
     }
 }
 
-/// Parses a download URL; only `http://` is supported.
+/// Parses a download URL: `http://` or `https://`.
 pub(crate) fn parse_url(url: &str) -> Result<Uri, GetError> {
     let uri: Uri = url.parse().map_err(|e| GetError::Usage(format!("{url:?} is not a valid URL: {e}")))?;
     match uri.scheme_str() {
-        Some("http") if uri.authority().is_some() => Ok(uri),
-        Some("https") => Err(GetError::Usage(format!("{url}: https is not supported yet, use an http:// URL"))),
-        _ => Err(GetError::Usage(format!("{url:?} is not an http:// URL"))),
+        Some("http" | "https") if uri.authority().is_some() => Ok(uri),
+        _ => Err(GetError::Usage(format!("{url:?} is not an http:// or https:// URL"))),
     }
 }
 
@@ -102,7 +116,7 @@ pub(crate) async fn get(
         };
         let status = res.status();
         if status.is_redirection() && status != StatusCode::NOT_MODIFIED {
-            uri = redirect_target(&uri, &res)?;
+            uri = redirect_target(&uri, res.status(), res.headers())?;
             tracing::debug!(%status, to = %uri, "following redirect");
             continue;
         }
@@ -128,24 +142,31 @@ pub(crate) async fn get(
     Err(Stop::Fatal(GetError::Usage(format!("{url}: more than {MAX_REDIRECTS} redirects"))))
 }
 
-fn redirect_target(base: &Uri, res: &Response<Incoming>) -> Result<Uri, GetError> {
-    let status = res.status();
-    let location = res
-        .headers()
+fn redirect_target(base: &Uri, status: StatusCode, headers: &HeaderMap) -> Result<Uri, GetError> {
+    let location = headers
         .get(header::LOCATION)
         .and_then(|v| v.to_str().ok())
         .ok_or_else(|| GetError::Status { status, message: "redirect without a Location".into() })?;
+    let scheme = base.scheme_str().unwrap_or("http");
+    let authority = base.authority().expect("a download URL has an authority");
     let target = if location.contains("://") {
         location.to_owned()
+    } else if location.starts_with("//") {
+        format!("{scheme}:{location}")
     } else if location.starts_with('/') {
-        format!("http://{}{location}", base.authority().expect("http URL has an authority"))
+        format!("{scheme}://{authority}{location}")
     } else {
         // Relative to the directory of the current path.
         let path = base.path();
         let dir = &path[..path.rfind('/').map_or(0, |i| i + 1)];
-        format!("http://{}{dir}{location}", base.authority().expect("http URL has an authority"))
+        format!("{scheme}://{authority}{dir}{location}")
     };
-    parse_url(&target).map_err(|e| GetError::Usage(format!("redirected to {target}: {e}")))
+    let uri = parse_url(&target).map_err(|e| GetError::Usage(format!("redirected to {target}: {e}")))?;
+    // What was asked for over TLS is never fetched in the clear.
+    if scheme == "https" && uri.scheme_str() != Some("https") {
+        return Err(GetError::Usage(format!("{base} redirected to {target}: refusing to leave https")));
+    }
+    Ok(uri)
 }
 
 /// The wait a `Retry-After` asks for: delay-seconds, or an HTTP date
@@ -239,10 +260,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn redirects_resolve_against_the_scheme_and_never_leave_https() {
+        let to = |base: &str, location: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::LOCATION, location.parse().unwrap());
+            redirect_target(&base.parse().unwrap(), StatusCode::FOUND, &h).map(|u| u.to_string())
+        };
+        assert_eq!(to("https://a.test/x/y", "/z").unwrap(), "https://a.test/z");
+        assert_eq!(to("https://a.test/x/y", "w").unwrap(), "https://a.test/x/w");
+        assert_eq!(to("https://a.test/x", "//b.test/v").unwrap(), "https://b.test/v");
+        assert_eq!(to("http://a.test/x", "https://b.test/v").unwrap(), "https://b.test/v");
+        let downgrade = to("https://a.test/y", "http://a.test/x").unwrap_err().to_string();
+        assert!(downgrade.contains("refusing to leave https"), "{downgrade}");
+    }
+
+    #[test]
     fn only_http_urls() {
         assert!(parse_url("http://127.0.0.1:8080/f.iso").is_ok());
-        let https = parse_url("https://example.invalid/f").unwrap_err().to_string();
-        assert!(https.contains("https is not supported"), "{https}");
+        assert_eq!(parse_url("https://example.invalid/f").unwrap().scheme_str(), Some("https"));
+        let ftp = parse_url("ftp://example.invalid/f").unwrap_err().to_string();
+        assert!(ftp.contains("not an http:// or https:// URL"), "{ftp}");
         assert!(matches!(parse_url("ftp://h/f"), Err(GetError::Usage(_))));
         assert!(matches!(parse_url("/just/a/path"), Err(GetError::Usage(_))));
         assert!(matches!(parse_url("http://exa mple/"), Err(GetError::Usage(_))));

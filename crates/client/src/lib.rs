@@ -59,12 +59,13 @@ mod progress;
 mod session;
 mod state;
 mod throttle;
+mod tls;
 mod to_writer;
 mod verify;
 
 pub use digest::Sha256Digest;
 pub use error::{EXIT_CODES, GetError};
-pub use fetch::{HttpClient, http_client};
+pub use fetch::{HttpClient, http_client, https_client};
 pub use output::{default_output, output_name};
 pub use progress::{BarProgress, ProgressSink};
 pub use to_writer::download_to_writer;
@@ -98,7 +99,7 @@ pub enum Protocol {
 /// What to download, where, and how.
 #[derive(Debug, Clone)]
 pub struct GetOptions {
-    /// An `http://` URL.
+    /// An `http://` or `https://` URL.
     pub url: String,
     /// The file to create. `PATH.circus-part` and `PATH.circus-state` sit
     /// beside it while the download runs.
@@ -118,6 +119,9 @@ pub struct GetOptions {
     pub expect_digest: Option<Sha256Digest>,
     /// Check the digests the server gave (`Repr-Digest`, the manifest).
     pub verify_digest: bool,
+    /// For `https://`: trust only these CA certificates (PEM), not the
+    /// system's roots.
+    pub ca_file: Option<PathBuf>,
 }
 
 impl GetOptions {
@@ -134,6 +138,7 @@ impl GetOptions {
             timeout: Duration::from_secs(30),
             expect_digest: None,
             verify_digest: true,
+            ca_file: None,
         }
     }
 }
@@ -167,7 +172,7 @@ pub struct Report {
 
 /// Downloads `opts.url` to `opts.output` with a client of its own.
 pub async fn download(opts: &GetOptions, progress: &dyn ProgressSink) -> Result<Report, GetError> {
-    download_with(&http_client(opts.timeout), opts, progress).await
+    download_with(&https_client(opts.timeout, opts.ca_file.as_deref())?, opts, progress).await
 }
 
 /// Downloads with a shared client (connection pool), for many downloads in

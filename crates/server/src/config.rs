@@ -17,6 +17,8 @@ pub struct ServeConfig {
     pub admin_listen: Option<SocketAddr>,
     /// Certificates and keys: the listener speaks HTTPS when given.
     pub tls: Vec<crate::tls::CertFiles>,
+    /// A cleartext listener that redirects every request to HTTPS.
+    pub redirect_listen: Option<SocketAddr>,
     pub sched: SchedConfig,
     /// Connections served at once; more are answered 503 and closed.
     pub max_connections: usize,
@@ -71,6 +73,7 @@ impl ServeConfig {
             listen: vec![SocketAddr::from(([127, 0, 0, 1], 8080))],
             admin_listen: Some(SocketAddr::from(([127, 0, 0, 1], 9180))),
             tls: Vec::new(),
+            redirect_listen: None,
             sched: SchedConfig { cache_bytes: 256 << 20, ..SchedConfig::default() },
             max_connections: 10_000,
             // Room for the longest Circus-Need the server parses, and
@@ -107,6 +110,7 @@ impl ServeConfig {
             listen: _,
             admin_listen: _,
             tls: _,
+            redirect_listen: _,
             sched: _,
             max_connections: _,
             max_header_bytes: _,
@@ -131,11 +135,12 @@ impl ServeConfig {
         let (a, b) = (self, other);
         let (sa, sb) = (&a.sched, &b.sched);
         let same = |x: &dyn std::fmt::Debug, y: &dyn std::fmt::Debug| format!("{x:?}") == format!("{y:?}");
-        let fields: [(&'static str, bool); 32] = [
+        let fields: [(&'static str, bool); 33] = [
             ("root", same(&a.root, &b.root)),
             ("listen", same(&a.listen, &b.listen)),
             ("admin_listen", same(&a.admin_listen, &b.admin_listen)),
             ("tls_cert", same(&a.tls, &b.tls)),
+            ("redirect_listen", a.redirect_listen == b.redirect_listen),
             ("cache", sa.cache_bytes == sb.cache_bytes),
             ("policy", sa.policy == sb.policy),
             ("block", sa.block_size == sb.block_size),

@@ -51,6 +51,7 @@ mod metrics;
 mod observe;
 mod open_connections;
 mod pacer;
+mod redirect;
 mod sendfile;
 pub mod settings;
 mod small;
@@ -90,6 +91,8 @@ pub struct Server {
     tls: Option<Arc<tls::Certificates>>,
     /// `--admin-listen`: /metrics, /status, purge and prefetch.
     admin: Option<TcpListener>,
+    /// `--redirect-listen`: cleartext, redirecting to HTTPS.
+    redirect: Option<TcpListener>,
     /// Cache memory that connections send from without copying.
     arena: Option<Arc<arena::Arena>>,
     /// `--access-log`: a line per request.
@@ -132,6 +135,20 @@ impl Server {
             })?),
             None => None,
         };
+        let redirect = match cfg.redirect_listen {
+            Some(_) if cfg.tls.is_empty() => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "--redirect-listen redirects to HTTPS: give --tls-cert and --tls-key too",
+                ));
+            }
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|e| std::io::Error::new(e.kind(), format!("redirect listener on {addr}: {e}")))?,
+            ),
+            None => None,
+        };
         let mut registry = Registry::default();
         let metrics = Arc::new(metrics::Metrics::register(&mut registry));
         let mut cfg = cfg;
@@ -163,7 +180,7 @@ impl Server {
             )),
         };
         let access_log = access_log::AccessLog::open(cfg.access_log.clone(), cfg.access_log_format)?.map(Arc::new);
-        Ok(Server { listeners, tls, admin, arena, access_log, state, cfg })
+        Ok(Server { listeners, tls, admin, redirect, arena, access_log, state, cfg })
     }
 
     /// The first listener's address.
@@ -180,6 +197,11 @@ impl Server {
     /// listener speaks HTTPS.
     pub fn certificates(&self) -> Option<Arc<tls::Certificates>> {
         self.tls.clone()
+    }
+
+    /// The redirect listener's address, when there is one.
+    pub fn redirect_addr(&self) -> Option<SocketAddr> {
+        self.redirect.as_ref().map(|l| l.local_addr().expect("bound listener has an address"))
     }
 
     /// The access log, for reopening it (SIGUSR1), when there is one.
@@ -216,6 +238,10 @@ impl Server {
         let (stop, stopping) = tokio::sync::watch::channel(false);
         if let Some(listener) = self.admin {
             tokio::spawn(admin::run(listener, self.state.clone(), stopping.clone()));
+        }
+        if let Some(listener) = self.redirect {
+            let https_port = self.listeners[0].local_addr()?.port();
+            tokio::spawn(redirect::run(listener, https_port, stopping.clone()));
         }
         let limits = hitlane::Limits { idle: self.cfg.header_timeout, max_head: self.cfg.max_header_bytes };
         let slots = Arc::new(Semaphore::new(self.cfg.max_connections));

@@ -37,6 +37,10 @@ pub struct Settings {
     /// Private key (PEM) of the --tls-cert at the same place.
     #[arg(long, value_name = "PEM")]
     pub tls_key: Option<Vec<PathBuf>>,
+    /// With HTTPS: a cleartext listener (e.g. :80) that answers every
+    /// request with a redirect to the same URL over https (default off).
+    #[arg(long, value_name = "ADDR|off")]
+    pub redirect_listen: Option<Switch>,
     /// Memory for cached blocks: a hard budget (default 256MiB).
     #[arg(long, value_name = "SIZE")]
     pub cache: Option<ByteSize>,
@@ -217,6 +221,11 @@ impl Settings {
             None => {}
             Some(Switch::Off) => cfg.admin_listen = None,
             Some(Switch::On(l)) => cfg.admin_listen = Some(l.addrs[0]),
+        }
+        match &self.redirect_listen {
+            None => {}
+            Some(Switch::Off) => cfg.redirect_listen = None,
+            Some(Switch::On(l)) => cfg.redirect_listen = Some(l.addrs[0]),
         }
         match (&self.tls_cert, &self.tls_key) {
             (None, None) => {}
