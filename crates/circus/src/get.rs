@@ -44,6 +44,10 @@ pub struct GetArgs {
     /// (blocks are still verified one by one in native mode).
     #[arg(long, conflicts_with = "expect_digest")]
     no_verify_digest: bool,
+    /// A request header, "Name: value" (repeatable), as curl's -H: e.g.
+    /// "Authorization: Bearer TOKEN" for a private path.
+    #[arg(short = 'H', long = "header", value_name = "HEADER")]
+    headers: Vec<String>,
     /// For https://: trust only the CA certificates in FILE (PEM), not the
     /// system's roots.
     #[arg(long, value_name = "FILE")]
@@ -93,6 +97,12 @@ fn run(args: GetArgs) -> Result<Report, GetError> {
         args.expect_digest.as_deref().map(Sha256Digest::parse).transpose().map_err(|e| usage("expect-digest", &e))?;
     opts.verify_digest = !args.no_verify_digest;
     opts.ca_file = args.cacert;
+    for h in &args.headers {
+        let (name, value) = h.split_once(':').ok_or_else(|| usage("header", &"write it as \"Name: value\""))?;
+        let name = http::HeaderName::from_bytes(name.trim().as_bytes()).map_err(|e| usage("header", &e))?;
+        let value = http::HeaderValue::from_str(value.trim()).map_err(|e| usage("header", &e))?;
+        opts.headers.push((name, value));
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -5,6 +5,7 @@ mod bench;
 mod get;
 mod index;
 mod serve;
+mod sign;
 mod sim;
 
 use clap::{CommandFactory, Parser, Subcommand};
@@ -32,6 +33,8 @@ enum Command {
     Get(get::GetArgs),
     /// Build the hash indexes of a directory's files ahead of serving.
     Index(index::IndexArgs),
+    /// Print a signed URL for a path under a [[private]] prefix.
+    Sign(sign::SignArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions { shell: clap_complete::Shell },
     /// Print the manual page (roff): circus man > circus.1
@@ -61,6 +64,7 @@ fn main() {
         Command::Bench(args) => bench::main(args),
         Command::Get(args) => get::main(args),
         Command::Index(args) => index::main(args),
+        Command::Sign(args) => sign::main(args),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "circus", &mut std::io::stdout());
             Ok(())

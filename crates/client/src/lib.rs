@@ -122,6 +122,8 @@ pub struct GetOptions {
     /// For `https://`: trust only these CA certificates (PEM), not the
     /// system's roots.
     pub ca_file: Option<PathBuf>,
+    /// Sent with every request (an `Authorization` for a private path).
+    pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
 }
 
 impl GetOptions {
@@ -139,6 +141,7 @@ impl GetOptions {
             expect_digest: None,
             verify_digest: true,
             ca_file: None,
+            headers: Vec::new(),
         }
     }
 }

@@ -30,7 +30,7 @@ pub(crate) fn is_native(headers: &HeaderMap) -> bool {
 }
 
 pub(crate) async fn attempt(job: &mut Job<'_>) -> Result<(), Stop> {
-    let mut headers = HeaderMap::new();
+    let mut headers = job.request_headers();
     headers.insert(header::ACCEPT, HeaderValue::from_static(ACCEPT));
     if let Progress::Native(n) = &job.state.progress {
         // An ETag that is not a valid header value cannot be sent back; the

@@ -11,7 +11,7 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use hyper::body::Incoming;
 
 pub(crate) async fn attempt(job: &mut Job<'_>) -> Result<(), Stop> {
-    let mut headers = HeaderMap::new();
+    let mut headers = job.request_headers();
     headers.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
     let mut from = 0;
     if let Progress::Plain(PlainState { validator: Some(v), done, .. }) = &job.state.progress

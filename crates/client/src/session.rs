@@ -44,6 +44,12 @@ pub(crate) struct Job<'a> {
 }
 
 impl Job<'_> {
+    /// The headers every request of the download carries: the caller's
+    /// (`circus get -H`).
+    pub fn request_headers(&self) -> http::HeaderMap {
+        self.opts.headers.iter().cloned().collect()
+    }
+
     pub fn note(&self, message: &str) {
         tracing::debug!(url = %self.uri, "{message}");
         self.progress.note(message);

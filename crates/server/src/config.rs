@@ -61,6 +61,8 @@ pub struct ServeConfig {
     pub max_connections_per_ip: usize,
     /// Streams one HTTP/2 connection may have open at once.
     pub max_streams: u32,
+    /// Path prefixes only signed URLs or bearer tokens may read.
+    pub private: Vec<crate::private::PrivateConfig>,
     /// Where a line per request goes (off by default).
     pub access_log: crate::access_log::Target,
     pub access_log_format: crate::access_log::Format,
@@ -94,6 +96,7 @@ impl ServeConfig {
             send_timeout: Duration::from_secs(60),
             max_connections_per_ip: 0,
             max_streams: 100,
+            private: Vec::new(),
             access_log: crate::access_log::Target::Off,
             access_log_format: crate::access_log::Format::Combined,
         }
@@ -129,13 +132,14 @@ impl ServeConfig {
             send_timeout: _,
             max_connections_per_ip: _,
             max_streams: _,
+            private: _,
             access_log: _,
             access_log_format: _,
         } = self;
         let (a, b) = (self, other);
         let (sa, sb) = (&a.sched, &b.sched);
         let same = |x: &dyn std::fmt::Debug, y: &dyn std::fmt::Debug| format!("{x:?}") == format!("{y:?}");
-        let fields: [(&'static str, bool); 33] = [
+        let fields: [(&'static str, bool); 34] = [
             ("root", same(&a.root, &b.root)),
             ("listen", same(&a.listen, &b.listen)),
             ("admin_listen", same(&a.admin_listen, &b.admin_listen)),
@@ -167,6 +171,7 @@ impl ServeConfig {
             ("send_timeout", a.send_timeout == b.send_timeout),
             ("max_connections_per_ip", a.max_connections_per_ip == b.max_connections_per_ip),
             ("max_streams", a.max_streams == b.max_streams),
+            ("private", a.private == b.private),
             ("access_log", a.access_log == b.access_log),
             ("access_log_format", a.access_log_format == b.access_log_format),
         ];
@@ -189,4 +194,6 @@ pub enum ConfigError {
     Memory(#[from] crate::memory::PlanError),
     #[error("{0}")]
     Tls(&'static str),
+    #[error(transparent)]
+    Private(#[from] crate::private::PrivateError),
 }

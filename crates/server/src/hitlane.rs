@@ -18,11 +18,12 @@
 use crate::{
     access_log::{AccessLog, Entry},
     activity::Activity,
+    state::AppState,
 };
 use bytes::{Buf, Bytes, BytesMut};
 use circus_http::HitSource;
 use prometheus_client::metrics::counter::Counter;
-use std::{io, net::SocketAddr, time::Duration};
+use std::{io, net::SocketAddr, sync::Arc, time::Duration};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
@@ -166,6 +167,23 @@ fn answer_all(
         count += 1;
     };
     (count, batch)
+}
+
+/// The lane's answers where private prefixes exist: only for paths none
+/// covers (the full path checks the others).
+pub(crate) struct PublicOnly(pub Arc<AppState>);
+
+impl HitSource for PublicOnly {
+    fn render(&self, target: &str, head: bool, headers: &[httparse::Header<'_>], out: &mut Vec<u8>) -> bool {
+        let path = target.split('?').next().unwrap_or(target);
+        if self.0.private.covers(path) {
+            return false;
+        }
+        match &self.0.origin {
+            Some(tier) => tier.render(target, head, headers, out),
+            None => self.0.render(target, head, headers, out),
+        }
+    }
 }
 
 /// The access log's line for a request the lane answered with `response`.

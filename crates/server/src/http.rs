@@ -5,6 +5,7 @@ use crate::{
     body::{NativeBody, Part, PlainBody},
     driver::DriverHandle,
     files::Resolved,
+    private::Access,
     state::AppState,
 };
 use base64::Engine;
@@ -26,24 +27,72 @@ fn header_str(h: &HeaderMap, name: impl header::AsHeaderName) -> Option<&str> {
     h.get(name).and_then(|v| v.to_str().ok())
 }
 
-pub async fn handle<B>(state: Arc<AppState>, req: Request<B>) -> Response<ResBody>
+pub async fn handle<B>(state: Arc<AppState>, mut req: Request<B>) -> Response<ResBody>
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let now = std::time::SystemTime::now();
+    let private = match state.private.check(req.uri().path(), req.uri().query(), req.headers(), now) {
+        Ok(Access::Public) => false,
+        Ok(Access::Granted { by_token }) => {
+            admitted(&mut req, by_token);
+            true
+        }
+        Err(reason) => {
+            let res = error_response(&HttpError::Forbidden(reason));
+            state.metrics.requests.get_or_create(&crate::metrics::StatusLabel { code: 403 }).inc();
+            return res;
+        }
+    };
+    let mut res = serve(&state, req, private).await;
+    if private {
+        mark_private(res.headers_mut());
+    }
+    state.metrics.requests.get_or_create(&crate::metrics::StatusLabel { code: res.status().as_u16() }).inc();
+    res
+}
+
+/// A private request that proved its right: the signature's parameters and
+/// circus's own bearer token are taken out, so that the origin sees neither
+/// and every reader of the object shares one stored copy.
+fn admitted<B>(req: &mut Request<B>, by_token: bool) {
+    if by_token {
+        req.headers_mut().remove(header::AUTHORIZATION);
+    }
+    if let Some(query) = req.uri().query() {
+        let kept = crate::private::without_signature(query);
+        let target = if kept.is_empty() { req.uri().path().to_owned() } else { format!("{}?{kept}", req.uri().path()) };
+        let mut parts = req.uri().clone().into_parts();
+        parts.path_and_query = target.parse().ok();
+        if let Ok(uri) = http::Uri::from_parts(parts) {
+            *req.uri_mut() = uri;
+        }
+    }
+}
+
+/// No shared cache downstream may keep what only some may read.
+fn mark_private(h: &mut HeaderMap) {
+    let no_store = h.get_all(header::CACHE_CONTROL).iter().any(|v| v.as_bytes().windows(8).any(|w| w == b"no-store"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static(if no_store { "private, no-store" } else { "private" }));
+}
+
+async fn serve<B>(state: &Arc<AppState>, req: Request<B>, private: bool) -> Response<ResBody>
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let path = || req.uri().path().to_owned();
-    let res = match state.origin.as_ref().filter(|_| forwarded_to_origin(req.method())) {
+    match state.origin.as_ref().filter(|_| forwarded_to_origin(req.method())) {
         Some(origin) if host_field_ok(&req) => {
             let path = path();
             origin.forward(req).await.unwrap_or_else(|e| failed(&path, &e))
         }
-        _ => match route(&state, &req).await {
+        _ => match route(state, &req, private).await {
             Ok(res) => res,
             Err(e) => failed(req.uri().path(), &e),
         },
-    };
-    state.metrics.requests.get_or_create(&crate::metrics::StatusLabel { code: res.status().as_u16() }).inc();
-    res
+    }
 }
 
 /// Methods other than GET and HEAD, which the tier forwards to its origin
@@ -59,7 +108,7 @@ fn failed(path: &str, e: &HttpError) -> Response<ResBody> {
     error_response(e)
 }
 
-async fn route<B>(state: &Arc<AppState>, req: &Request<B>) -> Result<Response<ResBody>, HttpError> {
+async fn route<B>(state: &Arc<AppState>, req: &Request<B>, private: bool) -> Result<Response<ResBody>, HttpError> {
     if !host_field_ok(req) {
         return Err(HttpError::BadRequest("an HTTP/1.1 request needs exactly one valid Host field"));
     }
@@ -109,7 +158,8 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>) -> Result<Response<Re
             // HEAD must not read the whole file); their responses carry
             // Repr-Digest once a native request or `circus index` built it.
             let res = plain(state, &file, h, head);
-            if !head && res.status() == StatusCode::OK && state.small.wants(&file) {
+            // What only some may read is never kept for the hit lane.
+            if !head && !private && res.status() == StatusCode::OK && state.small.wants(&file) {
                 let read = state.metrics.storage_read_bytes.clone();
                 state.small.admit(read, file.clone(), req.uri().path());
             }

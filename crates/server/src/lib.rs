@@ -51,6 +51,7 @@ mod metrics;
 mod observe;
 mod open_connections;
 mod pacer;
+pub mod private;
 mod redirect;
 mod sendfile;
 pub mod settings;
@@ -172,7 +173,9 @@ impl Server {
             }
             None => None,
         };
-        let state = Arc::new(AppState { files, driver, metrics, registry, origin, small, memory: plan });
+        let private = private::PrivateRules::new(&cfg.private)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let state = Arc::new(AppState { files, driver, metrics, registry, origin, small, memory: plan, private });
         let tls = match &cfg.tls {
             certs if certs.is_empty() => None,
             certs => Some(Arc::new(
@@ -286,6 +289,8 @@ impl Server {
             // (Lava's hit server).
             let lane: Option<Arc<dyn circus_http::HitSource>> = match &state.origin {
                 _ if busy => None,
+                // Private paths go to the full path, which checks them.
+                _ if !state.private.is_empty() => Some(Arc::new(hitlane::PublicOnly(state.clone()))),
                 Some(tier) => Some(tier.clone()),
                 None => Some(state.clone()),
             };

@@ -145,6 +145,10 @@ pub struct Settings {
     /// (default combined).
     #[arg(long, value_name = "FORMAT")]
     pub access_log_format: Option<crate::access_log::Format>,
+    /// `[[private]]` tables (file only): path prefixes that only signed
+    /// URLs or bearer tokens may read (see the `private` module).
+    #[arg(skip)]
+    pub private: Option<Vec<crate::private::PrivateConfig>>,
     /// Serve this origin through the caching tier instead of a directory:
     /// an HTTP server (http://host:port/ or https://host/) or an S3 bucket
     /// (s3://BUCKET[/PREFIX]); --cache is then the tier's memory budget.
@@ -246,6 +250,10 @@ impl Settings {
         set(&mut cfg.zero_copy, self.zero_copy);
         set(&mut cfg.dotfiles, self.dotfiles);
         set(&mut cfg.listing, self.listing);
+        if let Some(private) = &self.private {
+            crate::private::PrivateRules::new(private)?;
+            cfg.private.clone_from(private);
+        }
         if let Some(target) = &self.access_log {
             cfg.access_log = target.clone();
         }

@@ -19,6 +19,8 @@ pub(crate) struct AppState {
     pub small: Arc<small::SmallFiles>,
     /// How `--cache` is divided.
     pub memory: MemoryPlan,
+    /// Prefixes only signed URLs or bearer tokens may read.
+    pub private: crate::private::PrivateRules,
 }
 
 /// The local directory's answers for the hit lane.

@@ -27,6 +27,7 @@ impl Drop for ServerProc {
 /// `circus serve ARGS... --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0`,
 /// once it prints both addresses. Its later output is drained so that a
 /// print can never block or fail.
+#[allow(dead_code, reason = "each test file compiles this module; some pass an environment instead")]
 pub fn serve(args: &[&str]) -> ServerProc {
     serve_env(args, &[])
 }
