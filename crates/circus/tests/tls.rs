@@ -172,16 +172,18 @@ fn circus_get_downloads_natively_over_https_and_refuses_an_untrusted_certificate
 }
 
 /// `--redirect-listen`: plain HTTP is answered with a redirect to the
-/// same target over https, which curl follows to the file.
+/// same target over https, which curl follows to the file. The metrics
+/// say how records are encrypted (rustls in user space where the kernel
+/// has no kTLS, as here).
 #[test]
-fn the_cleartext_listener_redirects_to_https() {
+fn the_cleartext_listener_redirects_to_https_and_the_send_path_is_reported() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("f.txt"), b"over tls").unwrap();
     let (cert, key) = certificate(dir.path(), "localhost");
     let mut child = Command::new(env!("CARGO_BIN_EXE_circus"))
         .arg("serve")
         .arg(dir.path())
-        .args(["--listen", "127.0.0.1:0", "--admin-listen", "off", "--redirect-listen", "127.0.0.1:0"])
+        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--redirect-listen", "127.0.0.1:0"])
         .args(["--tls-cert", &cert, "--tls-key", &key])
         .env("CIRCUS_LOG", "warn")
         .stdout(Stdio::piped())
@@ -190,7 +192,7 @@ fn the_cleartext_listener_redirects_to_https() {
         .unwrap();
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let _served = Served(child);
-    let mut lines = [String::new(), String::new()];
+    let mut lines = [String::new(), String::new(), String::new()];
     for line in &mut lines {
         out.read_line(line).unwrap();
     }
@@ -199,7 +201,8 @@ fn the_cleartext_listener_redirects_to_https() {
         rest.split_whitespace().next().unwrap().rsplit(':').next().unwrap().parse().unwrap()
     };
     let https = port("circus listening on https://", &lines[0]);
-    let plain = port("circus redirecting http://", &lines[1]);
+    let admin = port("circus admin on http://", &lines[1]);
+    let plain = port("circus redirecting http://", &lines[2]);
     let head = run(Command::new("curl")
         .args(["-sS", "-o", "/dev/null", "-w", "%{http_code} %{redirect_url}"])
         .arg(format!("http://localhost:{plain}/f.txt?x=1")));
@@ -208,4 +211,8 @@ fn the_cleartext_listener_redirects_to_https() {
         .args(["-sS", "-L", "--cacert", &cert, "--resolve", &format!("localhost:{https}:127.0.0.1")])
         .arg(format!("http://localhost:{plain}/f.txt")));
     assert_eq!(String::from_utf8_lossy(&followed.stdout), "over tls", "{}", String::from_utf8_lossy(&followed.stderr));
+    let metrics = run(Command::new("curl").args(["-sS"]).arg(format!("http://127.0.0.1:{admin}/metrics")));
+    let metrics = String::from_utf8_lossy(&metrics.stdout);
+    assert!(metrics.contains("circus_tls_send_path{path=\"userspace\"} 1"), "{metrics}");
+    assert!(metrics.contains("circus_ktls_available "), "{metrics}");
 }

@@ -18,8 +18,12 @@
 //! `--cache-dir`, sent with `sendfile(2)` instead of copied), `pacer` (a
 //! storage read cap), `hitlane` (resident small objects answered before
 //! hyper sees the connection), `small` (whole small local files kept for
-//! the lane), `admin` (the `--admin-listen` endpoints: metrics, status,
-//! purge, prefetch), [`tls`] (certificates for HTTPS, reloaded on SIGHUP).
+//! the lane), `admin` (the admin listener's endpoints: metrics, status,
+//! purge, prefetch), [`tls`] (certificates for HTTPS, reloaded on SIGHUP),
+//! `redirect` (the cleartext listener that redirects to HTTPS),
+//! [`settings`] and [`listen`] (every setting, as flag and TOML key),
+//! [`access_log`], [`private`] (signed URLs and bearer tokens per prefix),
+//! `listing` (directory pages).
 //! With `--origin`, requests go to [`circus_origin`]'s tier;
 //! its native clients join the same scheduler once an object's tree is
 //! known.
@@ -43,6 +47,7 @@ mod driver;
 pub mod files;
 mod hitlane;
 mod http;
+pub mod ktls;
 pub mod listen;
 mod listing;
 mod mailbox;
@@ -182,6 +187,21 @@ impl Server {
                 tls::Certificates::load(certs).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?,
             )),
         };
+        if tls.is_some() {
+            // Records are encrypted by rustls: the kernel path is probed and
+            // reported, and taken where it is enabled (see `ktls`).
+            let m = &state.metrics;
+            match ktls::KernelTls::probe() {
+                ktls::KernelTls::Available => {
+                    m.ktls_available.set(1);
+                    tracing::info!("kTLS available; HTTPS records are encrypted by rustls");
+                }
+                ktls::KernelTls::Unavailable(why) => {
+                    tracing::info!(%why, "no kTLS: HTTPS records are encrypted by rustls in user space");
+                }
+            }
+            m.tls_send_path.get_or_create(&metrics::PathLabel { path: "userspace" }).set(1);
+        }
         let access_log = access_log::AccessLog::open(cfg.access_log.clone(), cfg.access_log_format)?.map(Arc::new);
         Ok(Server { listeners, tls, admin, redirect, arena, access_log, state, cfg })
     }

@@ -16,6 +16,11 @@ pub struct RoleLabel {
     pub role: String,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PathLabel {
+    pub path: &'static str,
+}
+
 #[derive(Debug)]
 pub struct Metrics {
     pub sent_bytes: Counter,
@@ -40,6 +45,10 @@ pub struct Metrics {
     pub active_files: Gauge,
     /// Refreshed at each scrape.
     pub small_files_bytes: Gauge,
+    /// With HTTPS: 1 for the way records are encrypted (`ktls` or `userspace`).
+    pub tls_send_path: Family<PathLabel, Gauge>,
+    /// With HTTPS: whether the kernel offered kTLS at start (1) or not (0).
+    pub ktls_available: Gauge,
 }
 
 impl Metrics {
@@ -63,6 +72,8 @@ impl Metrics {
             active_clients: Family::default(),
             active_files: Gauge::default(),
             small_files_bytes: Gauge::default(),
+            tls_send_path: Family::default(),
+            ktls_available: Gauge::default(),
         };
         let r = registry.sub_registry_with_prefix("circus");
         r.register("sent_bytes", "Block bytes handed to client sockets", m.sent_bytes.clone());
@@ -103,6 +114,12 @@ impl Metrics {
             "Bytes of whole small files kept for the hit lane",
             m.small_files_bytes.clone(),
         );
+        r.register(
+            "tls_send_path",
+            "HTTPS record encryption in use: ktls (the kernel) or userspace (rustls)",
+            m.tls_send_path.clone(),
+        );
+        r.register("ktls_available", "Whether the kernel's tls module was found at start", m.ktls_available.clone());
         m
     }
 }
