@@ -3,7 +3,7 @@
 //! responses from the object's prerendered head and its resident block.
 //! Anything else is left to the tier's full path behind hyper.
 
-use super::OriginTier;
+use super::{CACHE_STATUS, HIT, OriginTier};
 use crate::rfc9111;
 use circus_http::{HitSource, put_date};
 use http::HeaderMap;
@@ -34,7 +34,7 @@ impl HitSource for OriginTier {
         };
         self.metrics.hits.inc();
         out.extend_from_slice(&obj.wire_head);
-        let _ = write!(out, "age: {}\r\n", obj.freshness.age(now).as_secs());
+        let _ = write!(out, "age: {}\r\n{CACHE_STATUS}: {HIT}\r\n", obj.freshness.age(now).as_secs());
         if !obj.headers.contains_key(http::header::DATE) {
             put_date(out, now);
         }

@@ -169,6 +169,9 @@ pub enum Purge {
 /// RFC 9211's field: how the tier's store took part in a response.
 pub const CACHE_STATUS: &str = "cache-status";
 
+/// Its value for an answer from the store (the hit lane's too).
+pub(crate) const HIT: &str = "circus; hit";
+
 /// What the tier answers a request with.
 #[derive(Debug)]
 pub enum Answer {
@@ -288,7 +291,7 @@ impl OriginTier {
             });
             if let Some(o) = shared.filter(|_| credentials) {
                 self.metrics.hits.inc();
-                *status = "circus; hit";
+                *status = HIT;
                 return Ok(self.respond(&o, h, head, now));
             }
             *status = "circus; fwd=bypass";
@@ -298,12 +301,12 @@ impl OriginTier {
         let outcome = match found {
             Some(o) if o.freshness.usable(h, now) => {
                 self.metrics.hits.inc();
-                *status = "circus; hit";
+                *status = HIT;
                 Lookup::Stored(o)
             }
             Some(o) if o.freshness.serve_while_revalidating(h, now) => {
                 self.metrics.hits.inc();
-                *status = "circus; hit";
+                *status = HIT;
                 self.revalidate_in_background(target, h, o.clone());
                 Lookup::Stored(o)
             }

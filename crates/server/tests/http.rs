@@ -11,6 +11,8 @@ use std::{net::SocketAddr, path::Path};
 struct Fixture {
     _dir: tempfile::TempDir,
     addr: SocketAddr,
+    /// The admin listener: /metrics and /status.
+    admin: SocketAddr,
     data: Vec<u8>,
     client: Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
 }
@@ -22,23 +24,19 @@ async fn start(cache: u64) -> Fixture {
     std::fs::write(dir.path().join("empty"), b"").unwrap();
     std::fs::write(dir.path().join("page.html"), b"<p>hi</p>").unwrap();
     std::fs::create_dir(dir.path().join("d")).unwrap();
-    Fixture {
-        addr: serve(dir.path(), cache).await,
-        _dir: dir,
-        data,
-        client: Client::builder(TokioExecutor::new()).build_http(),
-    }
+    let (addr, admin) = serve(dir.path(), cache).await;
+    Fixture { addr, admin, _dir: dir, data, client: Client::builder(TokioExecutor::new()).build_http() }
 }
 
-async fn serve(root: &Path, cache: u64) -> SocketAddr {
+async fn serve(root: &Path, cache: u64) -> (SocketAddr, SocketAddr) {
     let mut cfg = ServeConfig::new(root.to_owned());
     cfg.listen = vec!["127.0.0.1:0".parse().unwrap()];
-    cfg.admin_listen = None;
+    cfg.admin_listen = Some("127.0.0.1:0".parse().unwrap());
     cfg.sched.cache_bytes = cache;
     let server = Server::bind(cfg).await.unwrap();
-    let addr = server.local_addr();
+    let (addr, admin) = (server.local_addr(), server.admin_addr().unwrap());
     tokio::spawn(server.run(std::future::pending()));
-    addr
+    (addr, admin)
 }
 
 struct Got {
@@ -49,7 +47,16 @@ struct Got {
 
 impl Fixture {
     async fn get(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> Got {
-        let mut req = Request::builder().method(method).uri(format!("http://{}{path}", self.addr));
+        self.request(self.addr, method, path, headers).await
+    }
+
+    /// GET from the admin listener.
+    async fn admin(&self, path: &str) -> Got {
+        self.request(self.admin, "GET", path, &[]).await
+    }
+
+    async fn request(&self, at: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> Got {
+        let mut req = Request::builder().method(method).uri(format!("http://{at}{path}"));
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
@@ -127,7 +134,7 @@ async fn bad_requests_get_clear_errors() {
     let f = start(8 << 20).await;
     let cases = [
         ("GET", "/missing", StatusCode::NOT_FOUND),
-        ("GET", "/d", StatusCode::NOT_FOUND),
+        ("GET", "/f.bin/", StatusCode::NOT_FOUND),
         ("GET", "/.circus/index", StatusCode::NOT_FOUND),
         ("GET", "/a/%2e%2e/f.bin", StatusCode::FORBIDDEN),
         ("GET", "/f%zz", StatusCode::BAD_REQUEST),
@@ -189,10 +196,10 @@ async fn plain_downloads_share_one_read_per_block_with_a_small_cache() {
         let body = tokio::time::timeout(std::time::Duration::from_secs(60), t).await.expect("download hung");
         assert_eq!(body.unwrap(), f.data);
     }
-    let status = f.get("GET", "/status", &[]).await;
+    let status = f.admin("/status").await;
     let json: serde_json::Value = serde_json::from_slice(&status.body).unwrap();
     assert!(json["scheduler"]["used_bytes"].as_u64().unwrap() <= 4 * 65536);
-    let metrics = String::from_utf8(f.get("GET", "/metrics", &[]).await.body.to_vec()).unwrap();
+    let metrics = String::from_utf8(f.admin("/metrics").await.body.to_vec()).unwrap();
     assert!(metrics.contains("circus_storage_read_bytes_total"), "{metrics}");
 }
 
@@ -209,7 +216,7 @@ async fn overlapping_ranges_never_make_a_response_larger_than_the_file_nor_read_
     assert_eq!(merged.status, StatusCode::PARTIAL_CONTENT);
     assert_eq!(merged.header(header::CONTENT_RANGE), "bytes 0-199/1000000");
     assert!(merged.body[..] == f.data[..200]);
-    let metrics = String::from_utf8(f.get("GET", "/metrics", &[]).await.body.to_vec()).unwrap();
+    let metrics = String::from_utf8(f.admin("/metrics").await.body.to_vec()).unwrap();
     let read: u64 = metrics
         .lines()
         .find_map(|l| l.strip_prefix("circus_storage_read_bytes_total "))
