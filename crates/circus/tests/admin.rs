@@ -199,3 +199,36 @@ fn by_default_the_admin_listener_is_on_loopback_and_can_be_switched_off() {
     let off = printed(&["--admin-listen", "off"], 1);
     assert!(off.starts_with("circus listening on http://127.0.0.1:") && !off.contains("admin"), "{off}");
 }
+
+/// `/status` in a browser: a self-contained page that reads the JSON every
+/// second, rendered by headless Chromium while a download is under way;
+/// without Accept: text/html the same path stays JSON.
+#[test]
+fn the_status_page_renders_live_in_headless_chromium() {
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("big.bin"), vec![3u8; 24 << 20]).unwrap();
+    let s = common::serve(&[dir.path().to_str().unwrap()]);
+    let mut download = Command::new("curl")
+        .args(["-s", "--limit-rate", "2M", "-o", "/dev/null"])
+        .arg(format!("http://{}/big.bin", s.addr))
+        .spawn()
+        .expect("curl is installed (.ci/run installs it)");
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let (status, json) = call(&s.admin, "GET", "/status");
+    assert_eq!(status, 200);
+    assert!(serde_json::from_slice::<serde_json::Value>(&json).is_ok(), "plain /status is JSON");
+    let dom = Command::new("chromium")
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=3000", "--dump-dom"])
+        .arg(format!("http://{}/status", s.admin))
+        .stderr(Stdio::null())
+        .output()
+        .expect("chromium is missing: apt-get install chromium (.ci/run installs it)");
+    let _ = download.kill();
+    let _ = download.wait();
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    assert!(dom.contains("<h1>circus status</h1>"), "{dom}");
+    assert!(dom.contains("updated "), "the page's script did not fetch the status: {dom}");
+    assert!(dom.contains("24.0 MiB") && dom.contains("independent"), "the download is not shown: {dom}");
+    assert!(!dom.contains("http://") && !dom.contains("https://"), "the page loads nothing from elsewhere");
+}

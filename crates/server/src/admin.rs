@@ -49,6 +49,7 @@ async fn handle<B>(state: &Arc<AppState>, req: Request<B>) -> Response<ResBody> 
     let query = req.uri().query().unwrap_or("");
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/metrics") => observe::metrics(state).await,
+        (&Method::GET, "/status") if observe::wants_page(req.headers()) => observe::status_page(),
         (&Method::GET, "/status") => observe::status(state).await,
         (&Method::POST, "/purge") => purge(state, query).unwrap_or_else(|e| error_response(&e)),
         (&Method::POST, "/prefetch") => prefetch(state, query).unwrap_or_else(|e| error_response(&e)),

@@ -46,6 +46,28 @@ fn role_name(r: circus_sched::Role) -> &'static str {
     }
 }
 
+/// The live page a browser gets on `/status`: it reads the JSON below
+/// every second. Self-contained (no asset from elsewhere).
+pub fn status_page() -> Response<ResBody> {
+    let mut res = text(STATUS_PAGE.to_owned(), "text/html; charset=utf-8");
+    res.headers_mut().insert(header::VARY, HeaderValue::from_static("Accept"));
+    res
+}
+
+const STATUS_PAGE: &str = include_str!("status.html");
+
+/// Whether a request to `/status` wants the page rather than JSON: Accept
+/// names text/html (browsers do) and not application/json first.
+pub fn wants_page(h: &http::HeaderMap) -> bool {
+    let accept = h.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()).collect::<Vec<_>>().join(",");
+    let first = |kind: &str| accept.find(kind);
+    match (first("text/html"), first("application/json")) {
+        (Some(html), Some(json)) => html < json,
+        (Some(_), None) => true,
+        _ => false,
+    }
+}
+
 pub async fn status(state: &Arc<AppState>) -> Response<ResBody> {
     let body = match state.driver.status().await {
         Some((status, counters)) => {
