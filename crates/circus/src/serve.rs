@@ -57,7 +57,7 @@ pub fn main(args: ServeArgs) -> anyhow::Result<()> {
         let hangups = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
         let server = Server::bind(cfg.clone()).await?;
         // Tests and scripts read these lines to find the ports when given :0.
-        let scheme = if cfg.tls.is_empty() { "http" } else { "https" };
+        let scheme = if server.certificates().is_none() { "http" } else { "https" };
         for addr in server.local_addrs() {
             println!("circus listening on {scheme}://{addr}");
         }

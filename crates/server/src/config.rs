@@ -10,13 +10,16 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub root: PathBuf,
-    /// Where content is served (HTTPS when `tls` is given).
+    /// Where content is served (HTTPS when `tls` or `acme` is given).
     pub listen: Vec<SocketAddr>,
     /// Where `/metrics`, `/status` and the operators' endpoints (purge,
     /// prefetch) are served (`None`: nowhere).
     pub admin_listen: Option<SocketAddr>,
     /// Certificates and keys: the listener speaks HTTPS when given.
     pub tls: Vec<crate::tls::CertFiles>,
+    /// Certificates from an ACME CA: the listener speaks HTTPS when it
+    /// names domains.
+    pub acme: crate::acme::AcmeConfig,
     /// A cleartext listener that redirects every request to HTTPS.
     pub redirect_listen: Option<SocketAddr>,
     pub sched: SchedConfig,
@@ -75,6 +78,7 @@ impl ServeConfig {
             listen: vec![SocketAddr::from(([127, 0, 0, 1], 8080))],
             admin_listen: Some(SocketAddr::from(([127, 0, 0, 1], 9180))),
             tls: Vec::new(),
+            acme: crate::acme::AcmeConfig::default(),
             redirect_listen: None,
             sched: SchedConfig { cache_bytes: 256 << 20, ..SchedConfig::default() },
             max_connections: 10_000,
@@ -113,6 +117,7 @@ impl ServeConfig {
             listen: _,
             admin_listen: _,
             tls: _,
+            acme: _,
             redirect_listen: _,
             sched: _,
             max_connections: _,
@@ -139,11 +144,12 @@ impl ServeConfig {
         let (a, b) = (self, other);
         let (sa, sb) = (&a.sched, &b.sched);
         let same = |x: &dyn std::fmt::Debug, y: &dyn std::fmt::Debug| format!("{x:?}") == format!("{y:?}");
-        let fields: [(&'static str, bool); 34] = [
+        let fields: [(&'static str, bool); 35] = [
             ("root", same(&a.root, &b.root)),
             ("listen", same(&a.listen, &b.listen)),
             ("admin_listen", same(&a.admin_listen, &b.admin_listen)),
             ("tls_cert", same(&a.tls, &b.tls)),
+            ("acme", a.acme == b.acme),
             ("redirect_listen", a.redirect_listen == b.redirect_listen),
             ("cache", sa.cache_bytes == sb.cache_bytes),
             ("policy", sa.policy == sb.policy),

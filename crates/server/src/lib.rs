@@ -20,6 +20,7 @@
 //! hyper sees the connection), `small` (whole small local files kept for
 //! the lane), `admin` (the admin listener's endpoints: metrics, status,
 //! purge, prefetch), [`tls`] (certificates for HTTPS, reloaded on SIGHUP),
+//! [`acme`] (certificates issued and renewed by an ACME CA),
 //! `redirect` (the cleartext listener that redirects to HTTPS),
 //! [`settings`] and [`listen`] (every setting, as flag and TOML key),
 //! [`access_log`], [`private`] (signed URLs and bearer tokens per prefix),
@@ -38,6 +39,7 @@
 //! ```
 
 pub mod access_log;
+pub mod acme;
 mod activity;
 mod admin;
 mod arena;
@@ -142,10 +144,10 @@ impl Server {
             None => None,
         };
         let redirect = match cfg.redirect_listen {
-            Some(_) if cfg.tls.is_empty() => {
+            Some(_) if cfg.tls.is_empty() && !cfg.acme.enabled() => {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::InvalidInput,
-                    "--redirect-listen redirects to HTTPS: give --tls-cert and --tls-key too",
+                    "--redirect-listen redirects to HTTPS: give --tls-cert and --tls-key, or --acme, too",
                 ));
             }
             Some(addr) => Some(
@@ -182,9 +184,10 @@ impl Server {
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let state = Arc::new(AppState { files, driver, metrics, registry, origin, small, memory: plan, private });
         let tls = match &cfg.tls {
-            certs if certs.is_empty() => None,
+            certs if certs.is_empty() && !cfg.acme.enabled() => None,
             certs => Some(Arc::new(
-                tls::Certificates::load(certs).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?,
+                tls::Certificates::load(certs, cfg.acme.enabled())
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?,
             )),
         };
         if tls.is_some() {
@@ -261,6 +264,9 @@ impl Server {
         let (stop, stopping) = tokio::sync::watch::channel(false);
         if let Some(listener) = self.admin {
             tokio::spawn(admin::run(listener, self.state.clone(), stopping.clone()));
+        }
+        if let (Some(certs), true) = (&self.tls, self.cfg.acme.enabled()) {
+            tokio::spawn(acme::maintain(self.cfg.acme.clone(), certs.clone(), stopping.clone()));
         }
         if let Some(listener) = self.redirect {
             let https_port = self.listeners[0].local_addr()?.port();
@@ -429,9 +435,14 @@ impl Connection {
             Some(acceptor) => {
                 // The stamps keep the watchdog informed during the handshake too.
                 let plain = SendfileStream::new(stream, None).with_activity(activity);
-                let Ok(Ok(encrypted)) = tokio::time::timeout(limits.idle, acceptor.accept(plain)).await else {
+                let Ok(Ok(mut encrypted)) = tokio::time::timeout(limits.idle, acceptor.accept(plain)).await else {
                     return tracing::debug!(?peer, "TLS handshake failed or timed out");
                 };
+                if encrypted.get_ref().1.alpn_protocol() == Some(tls::ACME_TLS_ALPN) {
+                    // An ACME validation: the handshake was all it needed.
+                    let _ = tokio::io::AsyncWriteExt::shutdown(&mut encrypted).await;
+                    return tracing::debug!(?peer, "ACME validation handshake answered");
+                }
                 let io = TokioIo::new(encrypted);
                 watcher.watch(builder.serve_connection(io, service).into_owned()).await
             }

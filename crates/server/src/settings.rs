@@ -37,6 +37,29 @@ pub struct Settings {
     /// Private key (PEM) of the --tls-cert at the same place.
     #[arg(long, value_name = "PEM")]
     pub tls_key: Option<Vec<PathBuf>>,
+    /// Domain names to get a certificate for from an ACME CA (Let's
+    /// Encrypt unless --acme-directory says otherwise), kept and renewed by
+    /// itself; the listener speaks HTTPS and must be reachable on port 443
+    /// under these names (TLS-ALPN-01 validation).
+    #[arg(long, value_name = "DOMAIN")]
+    pub acme: Option<Vec<String>>,
+    /// The ACME CA's directory URL (default
+    /// https://acme-v02.api.letsencrypt.org/directory).
+    #[arg(long, value_name = "URL")]
+    pub acme_directory: Option<String>,
+    /// Where the ACME account and certificates are kept; when not given,
+    /// $STATE_DIRECTORY/acme under systemd, ~/.local/state/circus/acme
+    /// otherwise.
+    #[arg(long, value_name = "DIR")]
+    pub acme_state: Option<PathBuf>,
+    /// Contact address for the ACME account (the CA's expiry warnings go
+    /// there).
+    #[arg(long, value_name = "EMAIL")]
+    pub acme_email: Option<String>,
+    /// Root certificate (PEM) to trust for the ACME directory instead of
+    /// the system roots (a test CA such as Pebble).
+    #[arg(long, value_name = "PEM")]
+    pub acme_ca: Option<PathBuf>,
     /// With HTTPS: a cleartext listener (e.g. :80) that answers every
     /// request with a redirect to the same URL over https (default off).
     #[arg(long, value_name = "ADDR|off")]
@@ -241,6 +264,21 @@ impl Settings {
                     .collect();
             }
             _ => return Err(ConfigError::Tls("give one --tls-key for each --tls-cert, in the same order")),
+        }
+        if let Some(domains) = &self.acme {
+            cfg.acme.domains.clone_from(domains);
+        }
+        if let Some(url) = &self.acme_directory {
+            cfg.acme.directory.clone_from(url);
+        }
+        if let Some(dir) = &self.acme_state {
+            cfg.acme.state = Some(dir.clone());
+        }
+        if let Some(email) = &self.acme_email {
+            cfg.acme.email = Some(email.clone());
+        }
+        if let Some(ca) = &self.acme_ca {
+            cfg.acme.directory_ca = Some(ca.clone());
         }
         set(&mut cfg.max_connections, self.max_connections);
         set(&mut cfg.max_header_bytes, self.max_header.map(|b| b.0 as usize));

@@ -2,7 +2,10 @@
 //! files, the one to present chosen by the name the client asks for (SNI)
 //! among the names each certificate is valid for, the first one for
 //! clients that name none or an unknown name; ALPN offers h2 and
-//! http/1.1.
+//! http/1.1. With ACME, certificates issued by the CA join those of the
+//! files, and the CA's TLS-ALPN-01 validation (RFC 8737) is answered on
+//! the same listener: a client offering only `acme-tls/1` gets the
+//! challenge certificate for the name it asks for, and nothing else.
 
 use rustls::{
     ServerConfig,
@@ -37,15 +40,29 @@ pub enum TlsError {
     NoCertificate,
 }
 
-/// The server configuration for `pairs` (the first is the default).
-pub fn server_config(pairs: &[CertFiles]) -> Result<Arc<ServerConfig>, TlsError> {
+/// The ALPN protocol of TLS-ALPN-01 validation (RFC 8737).
+pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
+
+/// The server configuration for `pairs` (the first is the default), and
+/// for answering ACME validations when `challenges` is given (then
+/// `pairs` may be empty: until a certificate is issued, other handshakes
+/// fail).
+pub fn server_config(pairs: &[CertFiles], challenges: Option<&Arc<Challenges>>) -> Result<Arc<ServerConfig>, TlsError> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let resolver = ByName::load(pairs, &provider)?;
+    let certs = match ByName::load(pairs, &provider) {
+        Ok(certs) => Some(certs),
+        Err(TlsError::NoCertificate) if challenges.is_some() => None,
+        Err(e) => return Err(e),
+    };
+    let resolver = Resolver { certs, challenges: challenges.cloned() };
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(resolver));
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    if challenges.is_some() {
+        config.alpn_protocols.push(ACME_TLS_ALPN.to_vec());
+    }
     Ok(Arc::new(config))
 }
 
@@ -54,14 +71,43 @@ pub fn server_config(pairs: &[CertFiles]) -> Result<Arc<ServerConfig>, TlsError>
 /// open keep theirs.
 #[derive(Debug)]
 pub struct Certificates {
+    /// From `--tls-cert`/`--tls-key`.
     files: std::sync::Mutex<Vec<CertFiles>>,
+    /// Issued by the ACME CA, served after the files' (by SNI, or as the
+    /// default when there are no files).
+    issued: std::sync::Mutex<Vec<CertFiles>>,
+    /// With ACME: the validations being answered.
+    challenges: Option<Arc<Challenges>>,
     current: std::sync::RwLock<Arc<ServerConfig>>,
 }
 
 impl Certificates {
-    pub fn load(files: &[CertFiles]) -> Result<Self, TlsError> {
-        let current = std::sync::RwLock::new(server_config(files)?);
-        Ok(Certificates { files: std::sync::Mutex::new(files.to_vec()), current })
+    /// The certificates of `files`, and with `acme` the means to answer
+    /// the CA's validations and to serve what it issues.
+    pub fn load(files: &[CertFiles], acme: bool) -> Result<Self, TlsError> {
+        let challenges = acme.then(|| Arc::new(Challenges::default()));
+        let current = std::sync::RwLock::new(server_config(files, challenges.as_ref())?);
+        Ok(Certificates {
+            files: std::sync::Mutex::new(files.to_vec()),
+            issued: std::sync::Mutex::new(Vec::new()),
+            challenges,
+            current,
+        })
+    }
+
+    /// Where ACME validations are answered from (with ACME only).
+    pub fn challenges(&self) -> Option<Arc<Challenges>> {
+        self.challenges.clone()
+    }
+
+    /// Serves `pair`, issued by the ACME CA, from now on in place of the
+    /// one issued before; on any error the certificates in use stay.
+    pub fn install_issued(&self, pair: CertFiles) -> Result<(), TlsError> {
+        let files = self.files.lock().expect("certificate files lock").clone();
+        let fresh = server_config(&[files, vec![pair.clone()]].concat(), self.challenges.as_ref())?;
+        *self.issued.lock().expect("issued certificates lock") = vec![pair];
+        *self.current.write().expect("certificates lock") = fresh;
+        Ok(())
     }
 
     /// The configuration for a new connection.
@@ -78,7 +124,8 @@ impl Certificates {
     /// Serves `files` from now on (read now); on any error the
     /// certificates in use stay.
     pub fn replace(&self, files: &[CertFiles]) -> Result<(), TlsError> {
-        let fresh = server_config(files)?;
+        let issued = self.issued.lock().expect("issued certificates lock").clone();
+        let fresh = server_config(&[files, &issued].concat(), self.challenges.as_ref())?;
         *self.files.lock().expect("certificate files lock") = files.to_vec();
         *self.current.write().expect("certificates lock") = fresh;
         Ok(())
@@ -109,10 +156,49 @@ impl ByName {
     }
 }
 
-impl ResolvesServerCert for ByName {
+impl ByName {
+    fn pick(&self, name: Option<&str>) -> Arc<CertifiedKey> {
+        let named = name.and_then(|n| self.by_name.get(&n.to_ascii_lowercase()));
+        named.unwrap_or(&self.default).clone()
+    }
+}
+
+/// Challenge certificates of TLS-ALPN-01 validations in progress, by the
+/// name validated.
+#[derive(Debug, Default)]
+pub struct Challenges(std::sync::RwLock<HashMap<String, Arc<CertifiedKey>>>);
+
+impl Challenges {
+    pub fn insert(&self, name: &str, key: Arc<CertifiedKey>) {
+        self.0.write().expect("challenges lock").insert(name.to_ascii_lowercase(), key);
+    }
+
+    pub fn remove(&self, name: &str) {
+        self.0.write().expect("challenges lock").remove(&name.to_ascii_lowercase());
+    }
+
+    fn get(&self, name: &str) -> Option<Arc<CertifiedKey>> {
+        self.0.read().expect("challenges lock").get(&name.to_ascii_lowercase()).cloned()
+    }
+}
+
+/// Picks the certificate of a handshake.
+#[derive(Debug)]
+struct Resolver {
+    certs: Option<ByName>,
+    challenges: Option<Arc<Challenges>>,
+}
+
+impl ResolvesServerCert for Resolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let named = hello.server_name().and_then(|n| self.by_name.get(&n.to_ascii_lowercase()));
-        Some(named.unwrap_or(&self.default).clone())
+        if let Some(challenges) = &self.challenges {
+            let validating = hello.alpn().is_some_and(|mut offered| offered.any(|p| p == ACME_TLS_ALPN));
+            if validating {
+                // A validation gets the challenge certificate or nothing.
+                return hello.server_name().and_then(|name| challenges.get(name));
+            }
+        }
+        Some(self.certs.as_ref()?.pick(hello.server_name()))
     }
 }
 
@@ -171,7 +257,7 @@ mod tests {
         assert_eq!(end(&by_name.by_name["www.a.test"]), a_end);
         assert_ne!(end(&by_name.by_name["b.test"]), a_end);
         assert_eq!(end(&by_name.default), a_end);
-        assert!(server_config(&[a, b]).is_ok());
+        assert!(server_config(&[a, b], None).is_ok());
     }
 
     #[test]
@@ -180,11 +266,12 @@ mod tests {
         let a = make(dir.path(), "a", &["a.test"]);
         let b = make(dir.path(), "b", &["b.test"]);
         let crossed = CertFiles { cert: a.cert.clone(), key: b.key.clone() };
-        let e = server_config(&[crossed]).unwrap_err();
+        let e = server_config(&[crossed], None).unwrap_err();
         assert!(matches!(e, TlsError::Mismatch { .. }), "{e}");
         let missing = CertFiles { cert: dir.path().join("none.pem"), key: a.key };
-        let e = server_config(&[missing]).unwrap_err();
+        let e = server_config(&[missing], None).unwrap_err();
         assert!(e.to_string().contains("none.pem"), "{e}");
-        assert!(matches!(server_config(&[]), Err(TlsError::NoCertificate)));
+        assert!(matches!(server_config(&[], None), Err(TlsError::NoCertificate)));
+        assert!(server_config(&[], Some(&Arc::default())).is_ok(), "with ACME, no file is needed");
     }
 }
