@@ -45,6 +45,7 @@ pub mod disk;
 pub mod experiment;
 pub mod fusedisk;
 mod hot;
+mod https;
 mod lava;
 pub mod loadgen;
 mod native_client;
@@ -97,6 +98,8 @@ pub struct BenchOptions {
     pub seed: u64,
     /// Extra `circus serve` flags for every circus server the scenario starts.
     pub server_args: Vec<String>,
+    /// Length of each timed load (https).
+    pub seconds: f64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -122,6 +125,7 @@ pub async fn run(name: &str, opts: &BenchOptions, log: &mut (dyn FnMut(&str) + S
         "amplification" => amplification::run(opts, amplification::Storage::Disk, log).await,
         "origin-amplification" => amplification::run(opts, amplification::Storage::Origin, log).await,
         "hot" => hot::run(opts, log).await,
+        "https" => https::run(opts, log).await,
         "slow" => slow::run(opts, log).await,
         "lava" => lava::run(opts, log).await,
         "origin" => origin::run(opts, log).await,
@@ -129,7 +133,7 @@ pub async fn run(name: &str, opts: &BenchOptions, log: &mut (dyn FnMut(&str) + S
         "wpb-modem" => wpb::run(opts, wpb::Variant::Modem, log).await,
         "boot" => boot::run(opts, log).await,
         other => Err(BenchError::Setup(format!(
-            "unknown scenario {other:?}: use abuse, amplification, origin-amplification, hot, slow, lava, origin, wpb, wpb-modem, boot or one of {}",
+            "unknown scenario {other:?}: use abuse, amplification, origin-amplification, hot, https, slow, lava, origin, wpb, wpb-modem, boot or one of {}",
             scenarios::NAMES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
         ))),
     }

@@ -85,7 +85,7 @@ impl ServerProc {
         for line in &mut lines {
             stdout.read_line(line).map_err(io_err("reading server address"))?;
         }
-        let url = |line: &str| line.trim().rsplit("http://").next().unwrap_or_default().to_owned();
+        let url = |line: &str| line.trim().rsplit("://").next().unwrap_or_default().to_owned();
         let (addr, admin) = (url(&lines[0]), url(&lines[1]));
         if addr.is_empty() || admin.is_empty() {
             let _ = child.kill();
@@ -113,6 +113,23 @@ impl ServerProc {
         host: &str,
         wrap: &[String],
     ) -> Result<ServerProc, BenchError> {
+        Self::nginx_with(root, work, directio, host, wrap, None)
+    }
+
+    /// nginx speaking HTTPS (h2 and http/1.1) on loopback with `cert` and
+    /// `key`: TLS 1.3, a shared session cache, sendfile on.
+    pub fn nginx_https(root: &Path, work: &Path, cert: &Path, key: &Path) -> Result<ServerProc, BenchError> {
+        Self::nginx_with(root, work, false, "127.0.0.1", &[], Some((cert, key)))
+    }
+
+    fn nginx_with(
+        root: &Path,
+        work: &Path,
+        directio: bool,
+        host: &str,
+        wrap: &[String],
+        tls: Option<(&Path, &Path)>,
+    ) -> Result<ServerProc, BenchError> {
         let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"]
             .into_iter()
             .find(|p| Path::new(p).exists())
@@ -127,13 +144,24 @@ impl ServerProc {
         use std::os::unix::fs::MetadataExt;
         let as_root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
         let user = if as_root { "user root;" } else { "" };
+        let (listen_tls, server_tls) = match tls {
+            Some((cert, key)) => (
+                " ssl http2",
+                format!(
+                    "ssl_certificate {}; ssl_certificate_key {}; ssl_protocols TLSv1.3; ssl_session_cache shared:SSL:10m; ssl_session_timeout 10m;",
+                    cert.display(),
+                    key.display()
+                ),
+            ),
+            None => ("", String::new()),
+        };
         let text = format!(
             "daemon off; {user} worker_processes auto; pid {work}/nginx-{port}.pid; error_log {work}/nginx-error.log warn;\n\
              events {{ worker_connections 16384; }}\n\
              http {{ access_log off; sendfile on; tcp_nopush on; {direct} keepalive_timeout 65; keepalive_requests 100000000;\n\
                client_body_temp_path {work}/nb; proxy_temp_path {work}/np; fastcgi_temp_path {work}/nf; uwsgi_temp_path {work}/nu; scgi_temp_path {work}/ns;\n\
                types {{ }} default_type application/octet-stream;\n\
-               server {{ listen {host}:{port}; root {root}; }} }}\n",
+               server {{ listen {host}:{port}{listen_tls}; {server_tls} root {root}; }} }}\n",
             work = work.display(),
             root = root.display(),
         );

@@ -18,6 +18,9 @@ pub struct BenchArgs {
     /// threshold, leapfront, memory (cache 4-16 MiB, not in the paper).
     /// Others: amplification (50 mixed-speed native clients, storage bytes read),
     /// hot (50 downloads of a resident file, circus vs nginx),
+    /// https (HTTPS vs nginx: 1 KiB and 1 MiB keep-alive and 1 KiB with a new
+    /// TLS connection per request by wrk, h2 by h2load, 50 curl downloads
+    /// of a resident file),
     /// slow (thousands of idle downloads, memory per connection),
     /// abuse (a download and small requests beside non-reading, zero-window
     /// h2, idle, slowloris and overlapping-range attackers; circus vs nginx),
@@ -34,10 +37,13 @@ pub struct BenchArgs {
     /// The CI smoke run (the `quick` scenario, under 2 minutes).
     #[arg(long)]
     quick: bool,
-    /// Test file size (amplification, hot, slow: default 1GiB; the paper's
+    /// Test file size (amplification, hot, https, slow: default 1GiB; the paper's
     /// scenarios: overrides every point's).
     #[arg(long)]
     file_size: Option<ByteSize>,
+    /// Seconds per timed load (https).
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
     /// Clients or connections (default: 50; slow 5000; origin, boot 100; wpb-modem 200).
     #[arg(long)]
     clients: Option<usize>,
@@ -156,6 +162,7 @@ pub fn main(args: BenchArgs) -> anyhow::Result<()> {
         cache: args.cache.map_or(64 << 20, |c| c.0),
         seed: args.seed,
         server_args: args.server_args.clone(),
+        seconds: args.seconds,
     };
     let report = runtime
         .block_on(circus_bench::run(&name, &opts, &mut |line| eprintln!("{line}")))

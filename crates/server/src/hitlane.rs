@@ -1,6 +1,7 @@
 //! The hit lane: Lava's hit server in front of hyper.
 //!
-//! An HTTP/1.1 connection starts here. Each complete request head in the
+//! An HTTP/1.1 connection starts here, in clear or over TLS (after the
+//! handshake, when ALPN chose http/1.1 or nothing). Each complete request head in the
 //! read buffer is parsed in place (httparse); a plain GET or HEAD of an
 //! object the [`HitSource`] holds resident is answered by copying its
 //! prerendered response into one output buffer, and the answers to a batch
@@ -25,8 +26,7 @@ use circus_http::HitSource;
 use prometheus_client::metrics::counter::Counter;
 use std::{io, net::SocketAddr, sync::Arc, time::Duration};
 use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::TcpStream,
+    io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt},
     sync::watch,
     time::Instant,
 };
@@ -45,11 +45,18 @@ const MAX_HEADERS: usize = 32;
 const OUT_LIMIT: usize = 256 * 1024;
 
 /// How a connection left the lane.
-pub(crate) enum Exit {
+pub(crate) enum Exit<S> {
     /// Closed by the client, by idleness or by shutdown.
     Closed,
-    /// hyper takes over: replay `unread`, then read the socket.
-    HandOff(TcpStream, Bytes),
+    /// hyper takes over: replay `unread`, then read the stream.
+    HandOff(S, Bytes),
+}
+
+/// Who is at the other end, for the access log.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Peer {
+    pub addr: Option<SocketAddr>,
+    pub tls: bool,
 }
 
 /// Bounds the lane applies while it owns a connection.
@@ -64,16 +71,18 @@ pub(crate) struct Limits {
 
 /// Serves `stream` until it closes or needs hyper. Stops at the next
 /// request boundary once `shutdown` turns true.
-pub(crate) async fn run(
-    mut stream: TcpStream,
+#[allow(clippy::too_many_arguments, reason = "the connection's parts, each used once")]
+pub(crate) async fn run<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    peer: Peer,
     source: &dyn HitSource,
     limits: Limits,
     mut shutdown: watch::Receiver<bool>,
     answered: &Counter,
     activity: &Activity,
     log: Option<&AccessLog>,
-) -> io::Result<Exit> {
-    let log = log.map(|log| (log, stream.peer_addr().ok()));
+) -> io::Result<Exit<S>> {
+    let log = log.map(|log| (log, peer));
     let mut buf = BytesMut::with_capacity(8 * 1024);
     // Grows to the largest batch; most connections stay small.
     let mut out = Vec::new();
@@ -94,6 +103,8 @@ pub(crate) async fn run(
             if count > 0 {
                 answered.inc_by(count);
                 stream.write_all(&out).await?;
+                // (Over TLS, the records leave now.)
+                stream.flush().await?;
                 activity.wrote();
                 out.clear();
                 deadline = Instant::now() + limits.idle;
@@ -123,7 +134,7 @@ fn answer_all(
     buf: &mut BytesMut,
     source: &dyn HitSource,
     out: &mut Vec<u8>,
-    log: Option<(&AccessLog, Option<SocketAddr>)>,
+    log: Option<(&AccessLog, Peer)>,
 ) -> (u64, Batch) {
     let mut count = 0;
     let batch = loop {
@@ -187,14 +198,14 @@ impl HitSource for PublicOnly {
 }
 
 /// The access log's line for a request the lane answered with `response`.
-fn log_answer(log: &AccessLog, peer: Option<SocketAddr>, req: &httparse::Request<'_, '_>, head: bool, response: &[u8]) {
+fn log_answer(log: &AccessLog, peer: Peer, req: &httparse::Request<'_, '_>, head: bool, response: &[u8]) {
     let field = |name: &str| {
         req.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).and_then(|h| std::str::from_utf8(h.value).ok())
     };
     let status = response.get(9..12).and_then(|s| std::str::from_utf8(s).ok()?.parse().ok()).unwrap_or(0);
     let body_at = response.windows(4).position(|w| w == b"\r\n\r\n").map_or(response.len(), |p| p + 4);
     log.write(&Entry {
-        peer,
+        peer: peer.addr,
         method: if head { "HEAD" } else { "GET" },
         target: req.path.unwrap_or(""),
         version: "HTTP/1.1",
@@ -202,7 +213,7 @@ fn log_answer(log: &AccessLog, peer: Option<SocketAddr>, req: &httparse::Request
         bytes: (response.len() - body_at) as u64,
         duration: Duration::ZERO,
         native: false,
-        tls: false,
+        tls: peer.tls,
         cache: "hit",
         referer: field("referer"),
         user_agent: field("user-agent"),

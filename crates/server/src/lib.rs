@@ -60,6 +60,7 @@ mod open_connections;
 mod pacer;
 pub mod private;
 mod redirect;
+mod rewind;
 mod sendfile;
 pub mod settings;
 mod small;
@@ -385,28 +386,20 @@ struct Connection {
     builder: Arc<auto::Builder<TokioExecutor>>,
     arena: Option<Arc<arena::Arena>>,
     activity: Arc<activity::Activity>,
-    /// HTTPS: the handshake first, then hyper (no hit lane, no sendfile).
+    /// HTTPS: the handshake first, then the lane and hyper (no sendfile).
     tls: Option<tokio_rustls::TlsAcceptor>,
     log: Option<Arc<access_log::AccessLog>>,
 }
 
 impl Connection {
-    /// The hit lane first, then hyper for the rest of the connection's life.
+    /// The hit lane first (after the handshake, over TLS), then hyper for
+    /// the rest of the connection's life.
     async fn serve(self, stream: tokio::net::TcpStream, watcher: hyper_util::server::graceful::Watcher) {
         let Connection { state, lane, limits, stopping, answered, busy, builder, arena, activity, tls, log } = self;
         let peer = stream.peer_addr().ok();
-        let lane = lane.filter(|_| tls.is_none());
-        let (stream, unread) = match lane {
-            None => (stream, Bytes::new()),
-            Some(tier) => {
-                match hitlane::run(stream, &*tier, limits, stopping, &answered, &activity, log.as_deref()).await {
-                    Ok(hitlane::Exit::HandOff(stream, unread)) => (stream, unread),
-                    Ok(hitlane::Exit::Closed) | Err(_) => return,
-                }
-            }
-        };
-        let counted = activity.clone();
         let encrypted = tls.is_some();
+        let lane_log = log.clone();
+        let counted = activity.clone();
         let service = service_fn(move |req| {
             let state = state.clone();
             let in_flight = counted.response();
@@ -427,28 +420,70 @@ impl Connection {
                 Ok::<_, std::convert::Infallible>(res.map(|body| activity::Counted::new(body, in_flight)))
             })
         });
+        // Resident objects are answered by the lane until the first request
+        // it does not take; what it read and left is replayed to hyper.
+        let lane = Lane { source: lane, peer: hitlane::Peer { addr: peer, tls: encrypted }, limits, stopping, answered };
         let served = match tls {
             None => {
-                let io = TokioIo::new(SendfileStream::new(stream, arena).with_unread(unread).with_activity(activity));
+                let Some((stream, unread)) = lane.first(stream, &activity, lane_log.as_deref()).await else { return };
+                let io = TokioIo::new(
+                    SendfileStream::new(stream, arena).with_unread(unread).with_activity(activity.clone()),
+                );
                 watcher.watch(builder.serve_connection(io, service).into_owned()).await
             }
             Some(acceptor) => {
                 // The stamps keep the watchdog informed during the handshake too.
-                let plain = SendfileStream::new(stream, None).with_activity(activity);
+                let plain = SendfileStream::new(stream, None).with_activity(activity.clone());
                 let Ok(Ok(mut encrypted)) = tokio::time::timeout(limits.idle, acceptor.accept(plain)).await else {
                     return tracing::debug!(?peer, "TLS handshake failed or timed out");
                 };
-                if encrypted.get_ref().1.alpn_protocol() == Some(tls::ACME_TLS_ALPN) {
+                let alpn = encrypted.get_ref().1.alpn_protocol();
+                if alpn == Some(tls::ACME_TLS_ALPN) {
                     // An ACME validation: the handshake was all it needed.
                     let _ = tokio::io::AsyncWriteExt::shutdown(&mut encrypted).await;
                     return tracing::debug!(?peer, "ACME validation handshake answered");
                 }
-                let io = TokioIo::new(encrypted);
+                // The lane speaks HTTP/1.1 only.
+                let lane = if alpn == Some(b"h2") { Lane { source: None, ..lane } } else { lane };
+                let Some((encrypted, unread)) = lane.first(encrypted, &activity, lane_log.as_deref()).await else {
+                    return;
+                };
+                let io = TokioIo::new(rewind::Rewind::new(encrypted, unread));
                 watcher.watch(builder.serve_connection(io, service).into_owned()).await
             }
         };
         if let Err(e) = served {
             tracing::debug!(?peer, error = %e, "connection ended with an error");
+        }
+    }
+}
+
+/// The hit lane as a connection meets it.
+struct Lane {
+    /// `None`: straight to hyper.
+    source: Option<Arc<dyn circus_http::HitSource>>,
+    peer: hitlane::Peer,
+    limits: hitlane::Limits,
+    stopping: tokio::sync::watch::Receiver<bool>,
+    answered: prometheus_client::metrics::counter::Counter,
+}
+
+impl Lane {
+    /// Answers resident objects until the first request the lane does not
+    /// take; then the stream and what was read of it but not answered, for
+    /// hyper (`None`: the connection is over).
+    async fn first<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+        self,
+        stream: S,
+        activity: &activity::Activity,
+        log: Option<&access_log::AccessLog>,
+    ) -> Option<(S, Bytes)> {
+        let Some(source) = self.source else { return Some((stream, Bytes::new())) };
+        let ran =
+            hitlane::run(stream, self.peer, &*source, self.limits, self.stopping, &self.answered, activity, log).await;
+        match ran {
+            Ok(hitlane::Exit::HandOff(stream, unread)) => Some((stream, unread)),
+            Ok(hitlane::Exit::Closed) | Err(_) => None,
         }
     }
 }
