@@ -103,8 +103,11 @@ pub async fn run(opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Res
             );
         }
         let ratios: Vec<f64> = rates[l][0].iter().zip(&rates[l][1]).map(|(c, n)| c / n).collect();
-        let (ratio, low, high) =
-            (median(&ratios), ratios.iter().copied().fold(f64::MAX, f64::min), ratios.iter().copied().fold(0.0, f64::max));
+        let (ratio, low, high) = (
+            median(&ratios),
+            ratios.iter().copied().fold(f64::MAX, f64::min),
+            ratios.iter().copied().fold(0.0, f64::max),
+        );
         rows.push(
             Row::new(format!("ratio | {}", load.name))
                 .with("circus_over_nginx", ratio)
@@ -184,7 +187,14 @@ fn client_openssl_conf(work: &Path) -> Result<PathBuf, BenchError> {
 
 /// wrk against `object` over HTTPS: requests per second. Any socket error
 /// or non-2xx answer fails the measurement.
-fn wrk(server: &ServerProc, object: &str, conns: usize, seconds: f64, close: bool, conf: &Path) -> Result<f64, BenchError> {
+fn wrk(
+    server: &ServerProc,
+    object: &str,
+    conns: usize,
+    seconds: f64,
+    close: bool,
+    conf: &Path,
+) -> Result<f64, BenchError> {
     let url = format!("https://{}/{object}", server.addr);
     let mut cmd = Command::new("wrk");
     cmd.args(["-t2", &format!("-c{conns}"), &format!("-d{}s", seconds.ceil() as u64), "--timeout", "10s"]);
@@ -204,7 +214,9 @@ fn wrk(server: &ServerProc, object: &str, conns: usize, seconds: f64, close: boo
     // after each answer as a read error; other socket errors fail.
     if let Some(line) = text.lines().find(|l| l.contains("Socket errors")) {
         let count = |name: &str| {
-            line.split(',').find(|f| f.trim_start().starts_with(name)).and_then(|f| f.split_whitespace().last()?.parse().ok())
+            line.split(',')
+                .find(|f| f.trim_start().starts_with(name))
+                .and_then(|f| f.split_whitespace().last()?.parse().ok())
         };
         let (connect, write, timeout) = (count("Socket errors: connect"), count("write"), count("timeout"));
         if [connect, write, timeout].iter().any(|c: &Option<u64>| c.unwrap_or(0) > 0) {

@@ -217,7 +217,12 @@ fn the_status_page_renders_live_in_headless_chromium() {
     std::thread::sleep(std::time::Duration::from_millis(800));
     let (status, json) = call(&s.admin, "GET", "/status");
     assert_eq!(status, 200);
-    assert!(serde_json::from_slice::<serde_json::Value>(&json).is_ok(), "plain /status is JSON");
+    let json: serde_json::Value = serde_json::from_slice(&json).expect("plain /status is JSON");
+    // Each file by its path, each download with its client's address.
+    let file = &json["scheduler"]["files"][0];
+    assert_eq!(file["path"], "big.bin", "{json}");
+    let peer = file["clients"][0]["peer"].as_str().unwrap_or_else(|| panic!("no peer: {json}"));
+    assert!(peer.starts_with("127.0.0.1:"), "{peer}");
     let dom = Command::new("chromium")
         .args(["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=3000", "--dump-dom"])
         .arg(format!("http://{}/status", s.admin))
@@ -230,5 +235,6 @@ fn the_status_page_renders_live_in_headless_chromium() {
     assert!(dom.contains("<h1>circus status</h1>"), "{dom}");
     assert!(dom.contains("updated "), "the page's script did not fetch the status: {dom}");
     assert!(dom.contains("24.0 MiB") && dom.contains("independent"), "the download is not shown: {dom}");
+    assert!(dom.contains("big.bin") && dom.contains(peer), "the file's path and the client's address: {dom}");
     assert!(!dom.contains("http://") && !dom.contains("https://"), "the page loads nothing from elsewhere");
 }

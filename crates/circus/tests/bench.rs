@@ -74,3 +74,31 @@ fn bench_quick_measures_circus_and_nginx_on_the_same_disk_and_links() {
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
     assert!(!mounts.contains(&*dir.path().to_string_lossy()), "mount left behind");
 }
+
+/// `circus bench https` end to end at a small scale: nginx and circus with
+/// the same certificate, driven by wrk, h2load and curl; every load gives
+/// both servers a rate and a ratio with its spread. It needs nginx, wrk,
+/// h2load, curl and openssl (CI installs them all; a missing one fails).
+#[test]
+fn bench_https_drives_circus_and_nginx_with_wrk_h2load_and_curl() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = Command::new(BIN)
+        .args(["bench", "https", "--file-size", "4MiB", "--clients", "3", "--seconds", "1", "--json", "--work"])
+        .arg(dir.path())
+        .env("CIRCUS_LOG", "warn")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "bench failed: {stderr}");
+    let report: Value = serde_json::from_slice(&run.stdout).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    // Five loads, each: circus, nginx and their ratio.
+    assert_eq!(rows.len(), 15, "{report}");
+    for row in rows {
+        let first = row["figures"][0][1].as_f64().unwrap();
+        assert!(first > 0.0, "{row}");
+    }
+    let ratios: Vec<&Value> = rows.iter().filter(|r| r["server"].as_str().unwrap().starts_with("ratio")).collect();
+    assert_eq!(ratios.len(), 5, "{report}");
+    assert!(report["verdict"].as_str().unwrap().contains("circus / nginx"), "{report}");
+}

@@ -92,6 +92,42 @@ fn each_name_gets_its_certificate_over_http1_and_h2() {
     assert!(!plain.status.success() || !String::from_utf8_lossy(&plain.stdout).contains("over tls"));
 }
 
+/// Pipelined requests on one TLS connection: resident hits (the hit lane,
+/// over TLS), then a range (hyper, after the lane hands the connection
+/// over with what it read), then a plain GET: every answer in order.
+#[test]
+fn pipelined_requests_over_tls_are_answered_in_order_across_the_lane_and_hyper() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join("f.txt"), "over tls\n").unwrap();
+    let a = certificate(dir.path(), "a.test");
+    let (_server, port) = serve(&root, &[&a]);
+    // Once through the full path, so that the file is resident for the lane.
+    assert!(curl("a.test", port, "/f.txt", &a.0, &["--http1.1"]).is_ok());
+    let get = "GET /f.txt HTTP/1.1\r\nHost: a.test\r\n\r\n";
+    let range = "GET /f.txt HTTP/1.1\r\nHost: a.test\r\nRange: bytes=0-3\r\n\r\n";
+    let last = "GET /f.txt HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n";
+    let mut client = Command::new("openssl")
+        .args(["s_client", "-quiet", "-verify_return_error", "-alpn", "http/1.1", "-servername", "a.test"])
+        .args(["-CAfile", &a.0, "-connect", &format!("127.0.0.1:{port}")])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let requests = [get, get, range, last].concat();
+    client.stdin.take().unwrap().write_all(requests.as_bytes()).unwrap();
+    let out = client.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let answers: Vec<&str> = text.split("HTTP/1.1 ").skip(1).collect();
+    let statuses: Vec<&str> = answers.iter().map(|a| &a[..3]).collect();
+    assert_eq!(statuses, ["200", "200", "206", "200"], "{text}");
+    let bodies: Vec<&str> = answers.iter().map(|a| a.split("\r\n\r\n").nth(1).unwrap_or("")).collect();
+    assert_eq!(bodies, ["over tls\n", "over tls\n", "over", "over tls\n"], "{text}");
+}
+
 #[test]
 fn sighup_reloads_the_certificates_without_dropping_a_download() {
     let dir = tempfile::tempdir().unwrap();

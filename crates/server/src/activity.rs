@@ -21,6 +21,8 @@ use std::{
 /// Shared by a connection's socket wrapper, its responses and its watchdog.
 #[derive(Debug)]
 pub(crate) struct Activity {
+    /// The client's address (for /status).
+    peer: Option<std::net::SocketAddr>,
     start: Instant,
     /// Milliseconds since `start` of the last byte the client took.
     last_write: AtomicU64,
@@ -69,8 +71,9 @@ pub(crate) enum Verdict {
 }
 
 impl Activity {
-    pub fn new() -> Arc<Self> {
+    pub fn new(peer: Option<std::net::SocketAddr>) -> Arc<Self> {
         Arc::new(Activity {
+            peer,
             start: Instant::now(),
             last_write: AtomicU64::new(0),
             last_read: AtomicU64::new(0),
@@ -78,6 +81,10 @@ impl Activity {
             cut: AtomicU8::new(KEEP),
             wake: tokio::sync::Notify::new(),
         })
+    }
+
+    pub fn peer(&self) -> Option<std::net::SocketAddr> {
+        self.peer
     }
 
     /// Asks the watchdog to close the connection now: it stopped reading
@@ -211,7 +218,7 @@ mod tests {
 
     #[test]
     fn verdicts() {
-        let a = Activity::new();
+        let a = Activity::new(None);
         let t = Duration::from_secs(60);
         assert_eq!(a.verdict(t), Verdict::Keep);
         assert_eq!(a.verdict(Duration::ZERO), Verdict::Idle);
@@ -234,6 +241,7 @@ mod tests {
     impl Activity {
         fn clone_counts(a: &Activity) -> Activity {
             Activity {
+                peer: a.peer,
                 start: a.start,
                 last_write: AtomicU64::new(a.last_write.load(Ordering::Relaxed)),
                 last_read: AtomicU64::new(a.last_read.load(Ordering::Relaxed)),

@@ -40,6 +40,8 @@ struct Download {
     /// the next poll reports them sent.
     mailbox: Arc<Mailbox>,
     finished: bool,
+    /// The download's events (debug level), inside its connection's span.
+    span: tracing::Span,
 }
 
 impl Download {
@@ -50,8 +52,11 @@ impl Download {
         in_order: bool,
         connection: Option<Arc<Activity>>,
     ) -> Self {
+        let span = tracing::debug_span!("download", file = %file.rel, in_order, client = tracing::field::Empty);
         let (id, mailbox) = driver.join(file, have, in_order, connection);
-        Download { driver: driver.clone(), id, mailbox, finished: false }
+        span.record("client", id.0);
+        span.in_scope(|| tracing::debug!("joined the scheduler"));
+        Download { driver: driver.clone(), id, mailbox, finished: false, span }
     }
 
     /// The connection took `blocks`, `bytes` long, to send.
@@ -81,6 +86,7 @@ impl Download {
                 Next::Block(b, data) => return Poll::Ready(Delivery::Block(b, data)),
                 Next::End(end) => {
                     self.finished = true;
+                    self.span.in_scope(|| tracing::debug!(?end, "delivered"));
                     return Poll::Ready(Delivery::End(end));
                 }
                 Next::Resume => self.driver.resume(self.id),
@@ -92,6 +98,7 @@ impl Download {
 impl Drop for Download {
     fn drop(&mut self) {
         if !self.finished {
+            self.span.in_scope(|| tracing::debug!("left before its end"));
             self.driver.release_detached(self.mailbox.release().detached);
             self.driver.leave(self.id);
         }

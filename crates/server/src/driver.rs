@@ -43,7 +43,16 @@ enum Cmd {
     Resume { id: ClientId },
     Leave { id: ClientId },
     Loaded { file: Arc<FileEntry>, block: BlockIdx, result: Result<Bytes, ReadError> },
-    Status { reply: oneshot::Sender<(Status, Counters)> },
+    Status { reply: oneshot::Sender<(Status, Counters, Labels)> },
+}
+
+/// What the scheduler's ids stand for, for people reading /status.
+#[derive(Debug, Default)]
+pub struct Labels {
+    /// Each file's path, relative to the served root.
+    pub paths: std::collections::HashMap<circus_core::FileId, String>,
+    /// Each download's client address.
+    pub peers: std::collections::HashMap<ClientId, std::net::SocketAddr>,
 }
 
 /// Cheap to clone; every method is non-blocking.
@@ -102,8 +111,8 @@ impl DriverHandle {
         self.send(Cmd::Leave { id });
     }
 
-    /// The scheduler's state and running totals.
-    pub async fn status(&self) -> Option<(Status, Counters)> {
+    /// The scheduler's state and running totals, and what its ids stand for.
+    pub async fn status(&self) -> Option<(Status, Counters, Labels)> {
         let (reply, rx) = oneshot::channel();
         self.send(Cmd::Status { reply });
         rx.await.ok()
@@ -277,7 +286,11 @@ impl Driver {
                 Event::ReadFailed { file: file.id, block, fault, detail: e.to_string() }
             }
             Cmd::Status { reply } => {
-                let _ = reply.send((self.sched.status(), self.sched.counters()));
+                let labels = Labels {
+                    paths: self.files.iter().map(|(id, (file, _))| (*id, file.rel.clone())).collect(),
+                    peers: self.clients.iter().filter_map(|(id, c)| Some((*id, c.mailbox.0.peer()?))).collect(),
+                };
+                let _ = reply.send((self.sched.status(), self.sched.counters(), labels));
                 return;
             }
         };

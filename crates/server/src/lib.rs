@@ -66,6 +66,7 @@ pub mod settings;
 mod small;
 mod state;
 pub mod tls;
+mod tls_records;
 
 pub use circus_http::HttpError;
 pub use config::ServeConfig;
@@ -295,7 +296,7 @@ impl Server {
                 () = &mut shutdown => break,
             };
             let _ = stream.set_nodelay(true);
-            if let Some(lowat) = self.cfg.send_lowat {
+            if let Some(lowat) = self.cfg.send_lowat.filter(|_| self.tls.is_none()) {
                 // Keep at most this much unsent data in the kernel, so a
                 // block counts as sent when TCP is about to transmit it and
                 // the scheduler sees each client's real pace (measured: a
@@ -325,12 +326,15 @@ impl Server {
                 (builder.clone(), self.arena.clone(), graceful.watcher(), stopping.clone());
             let metrics = self.state.metrics.clone();
             let answered = metrics.requests.get_or_create(&metrics::StatusLabel { code: 200 }).clone();
-            let activity = activity::Activity::new();
+            let activity = activity::Activity::new(Some(peer));
             let registration = open.register(&activity);
             let tls = self.tls.as_ref().map(|c| tokio_rustls::TlsAcceptor::from(c.current()));
             let log = self.access_log.clone();
+            // Every event of the connection's life carries its peer (at
+            // debug level: a span costs nothing unless that level is on).
+            let span = tracing::debug_span!("connection", %peer, tls = tls.is_some());
             let conn = Connection { state, lane, limits, stopping, answered, busy, builder, arena, activity, tls, log };
-            tokio::spawn(async move {
+            let task = async move {
                 metrics.connections.inc();
                 // The watchdog closes the connection by dropping it
                 // (whether it is in the hit lane or with hyper).
@@ -347,7 +351,8 @@ impl Server {
                 }
                 metrics.connections.dec();
                 drop((permit, address, registration));
-            });
+            };
+            tokio::spawn(tracing::Instrument::instrument(task, span));
         }
         // New connections are refused from now on, not left waiting in
         // the backlog of a listener nobody accepts from.
@@ -405,7 +410,8 @@ impl Connection {
             let in_flight = counted.response();
             let connection = counted.clone();
             let logged = log.as_ref().map(|log| access_log::Pending::of(log.clone(), &req, peer, encrypted));
-            activity::on_connection(connection, async move {
+            let span = tracing::debug_span!("request", method = %req.method(), target = %req.uri());
+            let handled = async move {
                 let res = if busy {
                     let mut res = http::error_response(&HttpError::Busy);
                     res.headers_mut().insert(::http::header::CONNECTION, ::http::HeaderValue::from_static("close"));
@@ -418,11 +424,13 @@ impl Connection {
                     None => res,
                 };
                 Ok::<_, std::convert::Infallible>(res.map(|body| activity::Counted::new(body, in_flight)))
-            })
+            };
+            activity::on_connection(connection, tracing::Instrument::instrument(handled, span))
         });
         // Resident objects are answered by the lane until the first request
         // it does not take; what it read and left is replayed to hyper.
-        let lane = Lane { source: lane, peer: hitlane::Peer { addr: peer, tls: encrypted }, limits, stopping, answered };
+        let lane =
+            Lane { source: lane, peer: hitlane::Peer { addr: peer, tls: encrypted }, limits, stopping, answered };
         let served = match tls {
             None => {
                 let Some((stream, unread)) = lane.first(stream, &activity, lane_log.as_deref()).await else { return };
@@ -448,7 +456,7 @@ impl Connection {
                 let Some((encrypted, unread)) = lane.first(encrypted, &activity, lane_log.as_deref()).await else {
                     return;
                 };
-                let io = TokioIo::new(rewind::Rewind::new(encrypted, unread));
+                let io = TokioIo::new(rewind::Rewind::new(tls_records::WholeRecords(encrypted), unread));
                 watcher.watch(builder.serve_connection(io, service).into_owned()).await
             }
         };

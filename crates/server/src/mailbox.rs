@@ -85,6 +85,11 @@ pub struct Mailbox {
 }
 
 impl Mailbox {
+    /// The address of the client whose download this is, when known.
+    pub(crate) fn peer(&self) -> Option<std::net::SocketAddr> {
+        self.connection.as_ref().and_then(|c| c.peer())
+    }
+
     pub(crate) fn new(connection: Option<Arc<Activity>>) -> Arc<Self> {
         let inner = Mutex::new(Inner {
             blocks: VecDeque::new(),

@@ -16,7 +16,7 @@ fn text(body: String, ctype: &'static str) -> Response<ResBody> {
 }
 
 pub async fn metrics(state: &Arc<AppState>) -> Response<ResBody> {
-    if let Some((status, counters)) = state.driver.status().await {
+    if let Some((status, counters, _)) = state.driver.status().await {
         let m = &state.metrics;
         // Counters come from the scheduler's running totals.
         m.cache_hits.inc_by(counters.hits.saturating_sub(m.cache_hits.get()));
@@ -68,11 +68,31 @@ pub fn wants_page(h: &http::HeaderMap) -> bool {
     }
 }
 
+/// The scheduler's snapshot with each file's path and each client's
+/// address beside their ids.
+fn labelled(status: &circus_sched::Status, labels: &crate::driver::Labels) -> serde_json::Value {
+    let mut value = serde_json::to_value(status).expect("status serializes");
+    let files = value.get_mut("files").and_then(|f| f.as_array_mut());
+    for (file, json) in status.files.iter().zip(files.into_iter().flatten()) {
+        if let Some(path) = labels.paths.get(&file.file) {
+            json["path"] = path.as_str().into();
+        }
+        let clients = json.get_mut("clients").and_then(|c| c.as_array_mut());
+        for (client, json) in file.clients.iter().zip(clients.into_iter().flatten()) {
+            if let Some(peer) = labels.peers.get(&client.client) {
+                json["peer"] = peer.to_string().into();
+            }
+        }
+    }
+    value
+}
+
 pub async fn status(state: &Arc<AppState>) -> Response<ResBody> {
     let body = match state.driver.status().await {
-        Some((status, counters)) => {
+        Some((status, counters, labels)) => {
             let builds = state.files.builds();
-            serde_json::json!({ "scheduler": status, "counters": counters, "index_builds": builds, "memory": state.memory })
+            let scheduler = labelled(&status, &labels);
+            serde_json::json!({ "scheduler": scheduler, "counters": counters, "index_builds": builds, "memory": state.memory })
                 .to_string()
         }
         None => "{\"error\":\"shutting down\"}".into(),

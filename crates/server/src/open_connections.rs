@@ -59,7 +59,7 @@ mod tests {
     #[test]
     fn the_idlest_connection_without_a_response_is_evicted() {
         let list = Arc::new(OpenConnections::default());
-        let (busy, idle) = (Activity::new(), Activity::new());
+        let (busy, idle) = (Activity::new(None), Activity::new(None));
         let _r = (list.register(&busy), list.register(&idle));
         let _response = busy.response();
         assert!(list.evict_idlest());

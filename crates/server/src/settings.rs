@@ -125,8 +125,9 @@ pub struct Settings {
     /// Storage reads in flight at once (default 16).
     #[arg(long, value_name = "N")]
     pub io_threads: Option<usize>,
-    /// Unsent bytes per connection kept in the kernel (default 128KiB; 0 =
-    /// system default). Small values let the scheduler see clients' real pace.
+    /// Unsent bytes per cleartext connection kept in the kernel (default
+    /// 128KiB; 0 = system default). Small values let the scheduler see
+    /// clients' real pace. HTTPS connections keep the system default.
     #[arg(long, value_name = "SIZE")]
     pub send_lowat: Option<ByteSize>,
     /// Send cached blocks with sendfile(2) from a memfd instead of copying
