@@ -40,8 +40,13 @@ fn certificate(dir: &Path, name: &str) -> (String, String) {
 
 /// `circus serve ROOT` with the certificates, and its port.
 fn serve(root: &Path, pairs: &[&(String, String)]) -> (Served, u16) {
+    serve_with(root, pairs, &[])
+}
+
+/// [`serve`] with more flags.
+fn serve_with(root: &Path, pairs: &[&(String, String)], extra: &[&str]) -> (Served, u16) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_circus"));
-    cmd.arg("serve").arg(root).args(["--listen", "127.0.0.1:0", "--admin-listen", "off"]);
+    cmd.arg("serve").arg(root).args(["--listen", "127.0.0.1:0", "--admin-listen", "off"]).args(extra);
     for (cert, key) in pairs {
         cmd.args(["--tls-cert", cert, "--tls-key", key]);
     }
@@ -126,6 +131,45 @@ fn pipelined_requests_over_tls_are_answered_in_order_across_the_lane_and_hyper()
     assert_eq!(statuses, ["200", "200", "206", "200"], "{text}");
     let bodies: Vec<&str> = answers.iter().map(|a| a.split("\r\n\r\n").nth(1).unwrap_or("")).collect();
     assert_eq!(bodies, ["over tls\n", "over tls\n", "over", "over tls\n"], "{text}");
+}
+
+/// Connections that never finish (or never start) their TLS handshake are
+/// closed after the header timeout, and meanwhile others are served.
+#[test]
+fn a_client_that_never_finishes_its_handshake_is_closed_and_blocks_no_one() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join("f.txt"), "over tls\n").unwrap();
+    let a = certificate(dir.path(), "a.test");
+    let (_server, port) = serve_with(&root, &[&a], &["--header-timeout", "1s"]);
+    let started = std::time::Instant::now();
+    // 50 that send nothing, 50 that send half a ClientHello.
+    let mut stalled: Vec<std::net::TcpStream> = (0..100)
+        .map(|i| {
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            if i % 2 == 1 {
+                s.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00]).unwrap();
+            }
+            s
+        })
+        .collect();
+    let got = curl("a.test", port, "/f.txt", &a.0, &[]);
+    assert_eq!(got.map(|(body, _)| body), Ok("over tls\n".to_owned()), "served beside 100 stalled handshakes");
+    assert!(started.elapsed() < std::time::Duration::from_secs(1), "the download waited for the stalled ones");
+    for s in &mut stalled {
+        s.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        let mut byte = [0u8; 1];
+        // Closed by the server: EOF (or a reset), not the 5 s timeout.
+        let closed = match s.read(&mut byte) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => e.kind() != std::io::ErrorKind::WouldBlock && e.kind() != std::io::ErrorKind::TimedOut,
+        };
+        assert!(closed, "a stalled handshake was left open");
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(4), "closed late: {:?}", started.elapsed());
 }
 
 #[test]

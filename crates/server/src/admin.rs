@@ -7,42 +7,22 @@
 //! background: 202 at once). Answers are JSON. Bind it to loopback, or to
 //! a network only operators reach: it has no authentication of its own.
 
-use crate::{observe, state::AppState};
+use crate::{observe, side_listener, state::AppState};
 use circus_http::{HttpError, ResBody, error_response, full};
 use circus_origin::Purge;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 use tokio::net::TcpListener;
 
 /// Serves the admin endpoints on `listener` until `stop` turns true.
-pub async fn run(listener: TcpListener, state: Arc<AppState>, mut stop: tokio::sync::watch::Receiver<bool>) {
-    loop {
-        let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    tracing::warn!(error = %e, "admin accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = async { stop.wait_for(|s| *s).await.map(|_| ()) } => return,
-        };
+pub async fn run(listener: TcpListener, state: Arc<AppState>, stop: tokio::sync::watch::Receiver<bool>) {
+    // Browsers keep the live status page's connection open.
+    let limits = side_listener::Limits { name: "admin", connections: 256, lifetime: None };
+    side_listener::serve(listener, limits, stop, move |req| {
         let state = state.clone();
-        tokio::spawn(async move {
-            let service = service_fn(move |req| {
-                let state = state.clone();
-                async move { Ok::<_, std::convert::Infallible>(handle(&state, req).await) }
-            });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(10))
-                .serve_connection(TokioIo::new(stream), service);
-            let _ = conn.await;
-        });
-    }
+        async move { handle(&state, req).await }
+    })
+    .await;
 }
 
 async fn handle<B>(state: &Arc<AppState>, req: Request<B>) -> Response<ResBody> {

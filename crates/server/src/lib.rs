@@ -63,6 +63,7 @@ mod redirect;
 mod rewind;
 mod sendfile;
 pub mod settings;
+mod side_listener;
 mod small;
 mod state;
 pub mod tls;

@@ -3,41 +3,18 @@
 //! that `http://` links and typed addresses reach the TLS port. Nothing
 //! is served in the clear.
 
+use crate::side_listener;
 use circus_http::{HttpError, ResBody, error_response, full};
 use http::{HeaderValue, Request, Response, StatusCode, header};
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 use tokio::net::TcpListener;
 
 /// Serves redirects to HTTPS on port `https_port` until `stop` turns true.
-pub async fn run(listener: TcpListener, https_port: u16, mut stop: tokio::sync::watch::Receiver<bool>) {
-    let connections = Arc::new(tokio::sync::Semaphore::new(1024));
-    loop {
-        let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    tracing::warn!(error = %e, "redirect listener: accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = async { stop.wait_for(|s| *s).await.map(|_| ()) } => return,
-        };
-        // A bounded number at once: this listener is open to anyone.
-        let Ok(permit) = connections.clone().try_acquire_owned() else { continue };
-        tokio::spawn(async move {
-            let service =
-                service_fn(move |req| async move { Ok::<_, std::convert::Infallible>(redirect(&req, https_port)) });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(10))
-                .serve_connection(TokioIo::new(stream), service);
-            let _ = tokio::time::timeout(Duration::from_secs(60), conn).await;
-            drop(permit);
-        });
-    }
+pub async fn run(listener: TcpListener, https_port: u16, stop: tokio::sync::watch::Receiver<bool>) {
+    // A bounded number at once, for a bounded time: this listener is open
+    // to anyone.
+    let limits = side_listener::Limits { name: "redirect", connections: 1024, lifetime: Some(Duration::from_secs(60)) };
+    side_listener::serve(listener, limits, stop, move |req| async move { redirect(&req, https_port) }).await;
 }
 
 /// 308 to `https://HOST[:PORT]TARGET`, the port left out when it is 443.
