@@ -8,7 +8,8 @@
 //! header fields; only neutral fields and exactly one valid Host; the
 //! answered requests are exactly the bytes consumed, in order; the lane
 //! stops at the first request it does not answer, hands off only what it
-//! may not answer (never a head merely incomplete), and waits otherwise.
+//! may not answer (never a head merely incomplete), and waits otherwise;
+//! it reads nothing past an answered `Connection: close`.
 
 #![no_main]
 
@@ -28,7 +29,15 @@ fn hit(target: &str) -> bool {
 enum Parse {
     Partial,
     Error,
-    Complete { len: usize, method: String, path: String, headers: Vec<(String, Vec<u8>)>, lane_may_answer: bool },
+    Complete {
+        len: usize,
+        method: String,
+        path: String,
+        headers: Vec<(String, Vec<u8>)>,
+        lane_may_answer: bool,
+        /// It says `Connection: close`: nothing after it is read.
+        closes: bool,
+    },
 }
 
 fn parse(bytes: &[u8]) -> Parse {
@@ -43,8 +52,12 @@ fn parse(bytes: &[u8]) -> Parse {
     let path = req.path.unwrap_or_default().to_owned();
     let neutral = |h: &httparse::Header<'_>| {
         NEUTRAL.iter().any(|n| n.eq_ignore_ascii_case(h.name))
-            && (!h.name.eq_ignore_ascii_case("connection") || h.value.eq_ignore_ascii_case(b"keep-alive"))
+            && (!h.name.eq_ignore_ascii_case("connection")
+                || h.value.eq_ignore_ascii_case(b"keep-alive")
+                || h.value.eq_ignore_ascii_case(b"close"))
     };
+    let closes =
+        req.headers.iter().any(|h| h.name.eq_ignore_ascii_case("connection") && h.value.eq_ignore_ascii_case(b"close"));
     let hosts = req.headers.iter().filter(|h| h.name.eq_ignore_ascii_case("host")).map(|h| h.value);
     let lane_may_answer = matches!(&method[..], "GET" | "HEAD")
         && req.version == Some(1)
@@ -52,14 +65,14 @@ fn parse(bytes: &[u8]) -> Parse {
         && req.headers.iter().all(neutral)
         && host_ok(hosts);
     let headers = req.headers.iter().map(|h| (h.name.to_owned(), h.value.to_vec())).collect();
-    Parse::Complete { len, method, path, headers, lane_may_answer }
+    Parse::Complete { len, method, path, headers, lane_may_answer, closes }
 }
 
 fuzz_target!(|data: &[u8]| {
     let outcome = answer_for_fuzzing(data, hit);
     let mut at = 0;
     for (i, offered) in outcome.offered.iter().enumerate() {
-        let Parse::Complete { len, method, path, headers, lane_may_answer } = parse(&data[at..]) else {
+        let Parse::Complete { len, method, path, headers, lane_may_answer, closes } = parse(&data[at..]) else {
             panic!("request {i} at byte {at} offered but not a whole head");
         };
         assert!(lane_may_answer, "request {i} ({method} {path}) should have gone to hyper");
@@ -71,8 +84,15 @@ fuzz_target!(|data: &[u8]| {
         if offered.answered {
             at += len;
         }
+        if offered.answered && closes {
+            assert!(last && outcome.closed, "went on past a request to close");
+        }
     }
     assert_eq!(at, outcome.consumed, "consumed bytes are not the answered requests");
+    if outcome.closed {
+        assert!(!outcome.handed_off, "closed and handed off");
+        return;
+    }
 
     let rest = &data[at..];
     let refused = outcome.offered.last().is_some_and(|o| !o.answered);

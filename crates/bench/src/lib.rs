@@ -40,9 +40,11 @@
 mod abuse;
 mod amplification;
 mod boot;
+mod defaults;
 pub mod delay;
 pub mod disk;
 pub mod experiment;
+mod external;
 pub mod fusedisk;
 mod hot;
 mod https;
@@ -57,6 +59,7 @@ mod report;
 pub mod scenarios;
 mod slow;
 mod squid;
+mod versus;
 mod wpb;
 
 pub use report::{Report, Row};
@@ -98,8 +101,10 @@ pub struct BenchOptions {
     pub seed: u64,
     /// Extra `circus serve` flags for every circus server the scenario starts.
     pub server_args: Vec<String>,
-    /// Length of each timed load (https).
+    /// Length of each timed load (https, defaults).
     pub seconds: f64,
+    /// Alternating rounds per load (https, defaults).
+    pub rounds: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -126,6 +131,7 @@ pub async fn run(name: &str, opts: &BenchOptions, log: &mut (dyn FnMut(&str) + S
         "origin-amplification" => amplification::run(opts, amplification::Storage::Origin, log).await,
         "hot" => hot::run(opts, log).await,
         "https" => https::run(opts, log).await,
+        "defaults" => defaults::run(opts, log).await,
         "slow" => slow::run(opts, log).await,
         "lava" => lava::run(opts, log).await,
         "origin" => origin::run(opts, log).await,
@@ -133,7 +139,7 @@ pub async fn run(name: &str, opts: &BenchOptions, log: &mut (dyn FnMut(&str) + S
         "wpb-modem" => wpb::run(opts, wpb::Variant::Modem, log).await,
         "boot" => boot::run(opts, log).await,
         other => Err(BenchError::Setup(format!(
-            "unknown scenario {other:?}: use abuse, amplification, origin-amplification, hot, https, slow, lava, origin, wpb, wpb-modem, boot or one of {}",
+            "unknown scenario {other:?}: use abuse, amplification, origin-amplification, hot, https, defaults, slow, lava, origin, wpb, wpb-modem, boot or one of {}",
             scenarios::NAMES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
         ))),
     }

@@ -37,6 +37,20 @@ impl Drop for ServerProc {
     }
 }
 
+/// nginx's `worker_processes auto`: one per core.
+pub(crate) fn nginx_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// What an nginx listens for.
+enum Speaks<'a> {
+    Plain,
+    /// HTTP/1.1 on the main port, h2 with prior knowledge on another.
+    PlainAndH2c,
+    /// HTTPS (h2 and http/1.1) with this certificate and key.
+    Tls(&'a Path, &'a Path),
+}
+
 impl ServerProc {
     /// `circus serve ROOT --listen 127.0.0.1:0 EXTRA...`.
     pub fn circus(bin: &Path, root: &Path, extra: &[String]) -> Result<ServerProc, BenchError> {
@@ -113,13 +127,21 @@ impl ServerProc {
         host: &str,
         wrap: &[String],
     ) -> Result<ServerProc, BenchError> {
-        Self::nginx_with(root, work, directio, host, wrap, None)
+        Self::nginx_with(root, work, directio, host, wrap, Speaks::Plain).map(|(server, _)| server)
+    }
+
+    /// nginx on loopback as [`ServerProc::nginx`], with a second port
+    /// speaking h2 in clear with prior knowledge (nginx cannot speak both
+    /// on one cleartext port): the server and that port's address.
+    pub fn nginx_with_h2c(root: &Path, work: &Path) -> Result<(ServerProc, String), BenchError> {
+        let (server, h2c) = Self::nginx_with(root, work, false, "127.0.0.1", &[], Speaks::PlainAndH2c)?;
+        Ok((server, h2c.unwrap_or_default()))
     }
 
     /// nginx speaking HTTPS (h2 and http/1.1) on loopback with `cert` and
     /// `key`: TLS 1.3, a shared session cache, sendfile on.
     pub fn nginx_https(root: &Path, work: &Path, cert: &Path, key: &Path) -> Result<ServerProc, BenchError> {
-        Self::nginx_with(root, work, false, "127.0.0.1", &[], Some((cert, key)))
+        Self::nginx_with(root, work, false, "127.0.0.1", &[], Speaks::Tls(cert, key)).map(|(server, _)| server)
     }
 
     fn nginx_with(
@@ -128,8 +150,8 @@ impl ServerProc {
         directio: bool,
         host: &str,
         wrap: &[String],
-        tls: Option<(&Path, &Path)>,
-    ) -> Result<ServerProc, BenchError> {
+        speaks: Speaks<'_>,
+    ) -> Result<(ServerProc, Option<String>), BenchError> {
         let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"]
             .into_iter()
             .find(|p| Path::new(p).exists())
@@ -144,8 +166,9 @@ impl ServerProc {
         use std::os::unix::fs::MetadataExt;
         let as_root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
         let user = if as_root { "user root;" } else { "" };
-        let (listen_tls, server_tls) = match tls {
-            Some((cert, key)) => (
+        let mut h2c = None;
+        let (listen_tls, server_tls) = match speaks {
+            Speaks::Tls(cert, key) => (
                 " ssl http2",
                 format!(
                     "ssl_certificate {}; ssl_certificate_key {}; ssl_protocols TLSv1.3; ssl_session_cache shared:SSL:10m; ssl_session_timeout 10m;",
@@ -153,12 +176,18 @@ impl ServerProc {
                     key.display()
                 ),
             ),
-            None => ("", String::new()),
+            Speaks::Plain => ("", String::new()),
+            Speaks::PlainAndH2c => {
+                let addr = format!("{host}:{}", free_port()?);
+                let listen = format!("listen {addr} http2;");
+                h2c = Some(addr);
+                ("", listen)
+            }
         };
         let text = format!(
             "daemon off; {user} worker_processes auto; pid {work}/nginx-{port}.pid; error_log {work}/nginx-error.log warn;\n\
              events {{ worker_connections 16384; }}\n\
-             http {{ access_log off; sendfile on; tcp_nopush on; {direct} keepalive_timeout 65; keepalive_requests 100000000;\n\
+             http {{ access_log off; sendfile on; tcp_nopush on; open_file_cache max=10000 inactive=60s; {direct} keepalive_timeout 65; keepalive_requests 100000000;\n\
                client_body_temp_path {work}/nb; proxy_temp_path {work}/np; fastcgi_temp_path {work}/nf; uwsgi_temp_path {work}/nu; scgi_temp_path {work}/ns;\n\
                types {{ }} default_type application/octet-stream;\n\
                server {{ listen {host}:{port}{listen_tls}; {server_tls} root {root}; }} }}\n",
@@ -175,12 +204,8 @@ impl ServerProc {
         let addr = format!("{host}:{port}");
         for _ in 0..100 {
             if TcpStream::connect(&addr).is_ok() {
-                return Ok(ServerProc {
-                    name: if directio { "nginx-directio" } else { "nginx-sendfile" }.into(),
-                    child,
-                    addr,
-                    admin: None,
-                });
+                let name = if directio { "nginx-directio" } else { "nginx-sendfile" }.into();
+                return Ok((ServerProc { name, child, addr, admin: None }, h2c));
             }
             std::thread::sleep(Duration::from_millis(50));
         }

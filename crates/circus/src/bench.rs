@@ -21,6 +21,9 @@ pub struct BenchArgs {
     /// https (HTTPS vs nginx: 1 KiB and 1 MiB keep-alive and 1 KiB with a new
     /// TLS connection per request by wrk, h2 by h2load, 50 curl downloads
     /// of a resident file),
+    /// defaults (in clear, circus at its defaults vs nginx: 1 KiB to 16 MiB
+    /// objects by wrk over keep-alive and new connections, h2 by h2load,
+    /// concurrent curl downloads of a resident large file),
     /// slow (thousands of idle downloads, memory per connection),
     /// abuse (a download and small requests beside non-reading, zero-window
     /// h2, idle, slowloris and overlapping-range attackers; circus vs nginx),
@@ -37,13 +40,16 @@ pub struct BenchArgs {
     /// The CI smoke run (the `quick` scenario, under 2 minutes).
     #[arg(long)]
     quick: bool,
-    /// Test file size (amplification, hot, https, slow: default 1GiB; the paper's
+    /// Test file size (amplification, hot, https, defaults, slow: default 1GiB; the paper's
     /// scenarios: overrides every point's).
     #[arg(long)]
     file_size: Option<ByteSize>,
-    /// Seconds per timed load (https).
+    /// Seconds per timed load (https, defaults).
     #[arg(long, default_value_t = 5.0)]
     seconds: f64,
+    /// Alternating rounds of every load against each server (https, defaults).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
     /// Clients or connections (default: 50; slow 5000; origin, boot 100; wpb-modem 200).
     #[arg(long)]
     clients: Option<usize>,
@@ -163,6 +169,7 @@ pub fn main(args: BenchArgs) -> anyhow::Result<()> {
         seed: args.seed,
         server_args: args.server_args.clone(),
         seconds: args.seconds,
+        rounds: args.rounds.max(1),
     };
     let report = runtime
         .block_on(circus_bench::run(&name, &opts, &mut |line| eprintln!("{line}")))

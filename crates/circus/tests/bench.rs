@@ -83,7 +83,8 @@ fn bench_quick_measures_circus_and_nginx_on_the_same_disk_and_links() {
 fn bench_https_drives_circus_and_nginx_with_wrk_h2load_and_curl() {
     let dir = tempfile::tempdir().unwrap();
     let run = Command::new(BIN)
-        .args(["bench", "https", "--file-size", "4MiB", "--clients", "3", "--seconds", "1", "--json", "--work"])
+        .args(["bench", "https", "--file-size", "4MiB", "--clients", "3", "--seconds", "1", "--rounds", "2", "--json"])
+        .arg("--work")
         .arg(dir.path())
         .env("CIRCUS_LOG", "warn")
         .output()
@@ -101,4 +102,42 @@ fn bench_https_drives_circus_and_nginx_with_wrk_h2load_and_curl() {
     let ratios: Vec<&Value> = rows.iter().filter(|r| r["server"].as_str().unwrap().starts_with("ratio")).collect();
     assert_eq!(ratios.len(), 5, "{report}");
     assert!(report["verdict"].as_str().unwrap().contains("circus / nginx"), "{report}");
+}
+
+#[test]
+fn bench_defaults_drives_circus_and_nginx_in_clear_over_every_size_and_protocol() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = Command::new(BIN)
+        .args([
+            "bench",
+            "defaults",
+            "--file-size",
+            "4MiB",
+            "--clients",
+            "3",
+            "--seconds",
+            "1",
+            "--rounds",
+            "1",
+            "--json",
+        ])
+        .arg("--work")
+        .arg(dir.path())
+        .env("CIRCUS_LOG", "warn")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "bench failed: {stderr}");
+    let report: Value = serde_json::from_slice(&run.stdout).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    // Eleven loads, each: circus, nginx and their ratio.
+    assert_eq!(rows.len(), 33, "{report}");
+    for row in rows.iter().filter(|r| !r["server"].as_str().unwrap().starts_with("ratio")) {
+        assert!(row["figures"][0][1].as_f64().unwrap() > 0.0, "{row}");
+    }
+    let names: Vec<&str> = rows.iter().map(|r| r["server"].as_str().unwrap()).collect();
+    for load in ["16MiB keep-alive", "1KiB new conn per request", "100KiB h2, 100 streams", "curl downloads"] {
+        assert!(names.iter().any(|n| n.starts_with("ratio") && n.contains(load)), "no {load} in {names:?}");
+    }
+    assert!(report["verdict"].as_str().unwrap().contains("server CPU per byte"), "{report}");
 }

@@ -119,3 +119,32 @@ fn a_request_head_trickled_in_is_cut_off_after_the_header_timeout() {
     assert!(closed >= Duration::from_millis(900), "cut off after {closed:?}, before the timeout");
     assert!(closed < Duration::from_secs(4), "cut off only after {closed:?}: the timeout restarted with each line");
 }
+
+#[test]
+fn a_request_to_close_gets_the_kept_file_then_the_end_of_the_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..5000u32).map(|i| (i * 13 % 251) as u8).collect();
+    std::fs::write(dir.path().join("c.bin"), &data).unwrap();
+    let server = common::serve(&[dir.path().to_str().unwrap()]);
+    let addr = server.addr.as_str();
+    pipelined(addr, &[("GET /c.bin HTTP/1.1\r\nhost: t\r\n\r\n", false)]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while metric(&server.admin, "circus_small_files_resident_bytes") == 0.0 {
+        assert!(Instant::now() < deadline, "the small file was never kept");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let reads = metric(&server.admin, "circus_storage_read_bytes_total");
+    // A request after the close is never answered: the connection ends.
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let close = "GET /c.bin HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n";
+    s.write_all([close, "GET /c.bin HTTP/1.1\r\nhost: t\r\n\r\n"].concat().as_bytes()).unwrap();
+    let mut r = BufReader::new(s);
+    let (status, fields, body) = common::read_response(&mut r, false);
+    assert_eq!((status, body.as_slice()), (200, data.as_slice()));
+    assert_eq!(fields.get("connection").map(String::as_str), Some("close"));
+    let mut rest = Vec::new();
+    std::io::Read::read_to_end(&mut r, &mut rest).unwrap();
+    assert!(rest.is_empty(), "bytes after the closing answer: {}", String::from_utf8_lossy(&rest));
+    assert_eq!(metric(&server.admin, "circus_storage_read_bytes_total"), reads, "answered from the kept copy");
+}

@@ -197,6 +197,9 @@ pub struct PlainBody {
     current: Option<(Download, RangeCursor)>,
     /// The connection the response goes out on (see `Download::start`).
     connection: Option<Arc<Activity>>,
+    /// The first frame, fetched before the head was written (see
+    /// [`PlainBody::primed`]).
+    first: Option<Option<Result<Frame<Bytes>, BodyError>>>,
 }
 
 struct RangeCursor {
@@ -237,7 +240,17 @@ impl RangeCursor {
 impl PlainBody {
     pub fn new(driver: &DriverHandle, file: Arc<FileEntry>, parts: Vec<Part>) -> Self {
         let connection = crate::activity::current();
-        PlainBody { driver: driver.clone(), file, parts: parts.into_iter(), current: None, connection }
+        PlainBody { driver: driver.clone(), file, parts: parts.into_iter(), current: None, connection, first: None }
+    }
+
+    /// Waits for the first frame, so that hyper finds it ready and writes
+    /// it together with the response head: one segment, where a head
+    /// written alone while the first block is on its way costs a packet
+    /// (and on loopback the peer's receive path) of its own.
+    pub async fn primed(mut self) -> Self {
+        let first = std::future::poll_fn(|cx| Pin::new(&mut self).poll_frame(cx)).await;
+        self.first = Some(first);
+        self
     }
 }
 
@@ -247,6 +260,9 @@ impl Body for PlainBody {
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = &mut *self;
+        if let Some(first) = this.first.take() {
+            return Poll::Ready(first);
+        }
         loop {
             let Some((download, cursor)) = this.current.as_mut() else {
                 match this.parts.next() {

@@ -2,6 +2,7 @@
 //! one `FileId` per (path, [`FileVersion`]), each a [`FileEntry`] read
 //! through a [`LocalFile`] (which builds its hash index lazily).
 
+use crate::recent_files::RecentFiles;
 use circus_core::FileId;
 use circus_http::HttpError;
 use circus_store::{
@@ -32,6 +33,7 @@ pub struct FileTable {
     index_wait: Duration,
     next_id: AtomicU64,
     versions: Mutex<HashMap<String, Known>>,
+    recent: RecentFiles,
 }
 
 /// What a request path names (see [`FileTable::resolve`]).
@@ -92,6 +94,7 @@ impl FileTable {
             block_size,
             next_id: AtomicU64::new(1),
             versions: Mutex::new(HashMap::new()),
+            recent: RecentFiles::default(),
         })
     }
 
@@ -161,11 +164,25 @@ impl FileTable {
         }
     }
 
+    /// The file `url_path` resolved to less than a second ago, without
+    /// blocking (see [`RecentFiles`]).
+    pub fn recent(&self, url_path: &str) -> Option<Arc<FileEntry>> {
+        self.recent.get(url_path)
+    }
+
     /// What a URL path names: a file (a directory's `index.html` included),
     /// a directory without it, or a directory named without its trailing
     /// slash (relative links on its page would point one level up).
     /// Blocking.
     pub fn resolve(&self, url_path: &str) -> Result<Resolved, HttpError> {
+        let resolved = self.resolve_now(url_path)?;
+        if let Resolved::File(entry) = &resolved {
+            self.recent.put(url_path, entry);
+        }
+        Ok(resolved)
+    }
+
+    fn resolve_now(&self, url_path: &str) -> Result<Resolved, HttpError> {
         let rel = relative_path(url_path, self.dotfiles)?;
         let real = self.served_path(&rel)?;
         let meta = std::fs::metadata(&real).map_err(|_| HttpError::NotFound)?;

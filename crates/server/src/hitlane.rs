@@ -33,7 +33,8 @@ use tokio::{
 
 /// Headers a request may carry and still be answered by the lane; any
 /// other name sends it to hyper. These change nothing in a whole, stored,
-/// unvaried response (`Connection` only when it says keep-alive).
+/// unvaried response (`Connection` only when it says keep-alive, or close:
+/// the answer then says so and the connection ends after it).
 const NEUTRAL: [&str; 7] = ["host", "user-agent", "accept", "accept-encoding", "accept-language", "connection", "te"];
 
 /// Most headers parsed in place; a request with more goes to hyper.
@@ -111,6 +112,11 @@ pub(crate) async fn run<S: AsyncRead + AsyncWrite + Unpin>(
             }
             match batch {
                 Batch::Full => {}
+                Batch::Close => {
+                    // The client asked for this to be the last answer.
+                    let _ = stream.shutdown().await;
+                    return Ok(Exit::Closed);
+                }
                 Batch::NeedMore if buf.len() <= limits.max_head => break,
                 Batch::NeedMore | Batch::Other => return Ok(Exit::HandOff(stream, buf.freeze())),
             }
@@ -126,6 +132,9 @@ enum Batch {
     Other,
     /// `OUT_LIMIT` reached: write, then answer the rest.
     Full,
+    /// The last answer was to a request saying `Connection: close`: write,
+    /// then close.
+    Close,
 }
 
 /// Answers the complete requests at the front of `buf` into `out`,
@@ -171,13 +180,32 @@ fn answer_all(
         if !source.render(target, head, req.headers, out) {
             break Batch::Other;
         }
+        let close = req
+            .headers
+            .iter()
+            .any(|h| h.name.eq_ignore_ascii_case("connection") && h.value.eq_ignore_ascii_case(b"close"));
+        if close {
+            say_close(out, start);
+        }
         if let Some((log, peer)) = log {
             log_answer(log, peer, &req, head, &out[start..]);
         }
         buf.advance(len);
         count += 1;
+        if close {
+            break Batch::Close;
+        }
     };
     (count, batch)
+}
+
+/// Adds `connection: close` to the head of the response that starts at
+/// `start` in `out`.
+fn say_close(out: &mut Vec<u8>, start: usize) {
+    const FIELD: &[u8] = b"connection: close\r\n";
+    let Some(end) = out[start..].windows(4).position(|w| w == b"\r\n\r\n") else { return };
+    let at = start + end + 2;
+    out.splice(at..at, FIELD.iter().copied());
 }
 
 /// The lane's answers where private prefixes exist: only for paths none
@@ -243,8 +271,11 @@ pub struct LaneOutcome {
     /// Bytes consumed from the front of `input`: the answered requests.
     pub consumed: usize,
     /// Whether the connection went to hyper; otherwise the lane waits for
-    /// the rest of a head (or for the next one).
+    /// the rest of a head (or for the next one), or closes.
     pub handed_off: bool,
+    /// Whether the last answer was to `Connection: close` (the connection
+    /// ends there).
+    pub closed: bool,
 }
 
 /// Runs [`answer_all`] over `input` as the connection loop would (writing
@@ -269,21 +300,24 @@ pub fn answer_for_fuzzing(input: &[u8], hit: impl FnMut(&str) -> bool + Send) ->
     let source = Recorder(std::sync::Mutex::new((hit, Vec::new())));
     let mut buf = BytesMut::from(input);
     let mut out = Vec::new();
-    let handed_off = loop {
+    let (handed_off, closed) = loop {
         match answer_all(&mut buf, &source, &mut out, None).1 {
             Batch::Full => out.clear(),
-            Batch::NeedMore => break false,
-            Batch::Other => break true,
+            Batch::NeedMore => break (false, false),
+            Batch::Close => break (false, true),
+            Batch::Other => break (true, false),
         }
     };
     let offered = source.0.into_inner().expect("not poisoned").1;
-    LaneOutcome { offered, consumed: input.len() - buf.len(), handed_off }
+    LaneOutcome { offered, consumed: input.len() - buf.len(), handed_off, closed }
 }
 
 fn neutral(h: &httparse::Header<'_>) -> bool {
     let name = h.name;
     NEUTRAL.iter().any(|n| n.eq_ignore_ascii_case(name))
-        && (!name.eq_ignore_ascii_case("connection") || h.value.eq_ignore_ascii_case(b"keep-alive"))
+        && (!name.eq_ignore_ascii_case("connection")
+            || h.value.eq_ignore_ascii_case(b"keep-alive")
+            || h.value.eq_ignore_ascii_case(b"close"))
 }
 
 #[cfg(test)]
@@ -332,7 +366,7 @@ mod tests {
             b"GET /hit HTTP/1.1\r\nIf-None-Match: \"x\"\r\n\r\n",
             b"GET /hit HTTP/1.1\r\nAuthorization: Basic eDp5\r\n\r\n",
             b"GET /hit HTTP/1.1\r\nCache-Control: no-cache\r\n\r\n",
-            b"GET /hit HTTP/1.1\r\nConnection: close\r\n\r\n",
+            b"GET /hit HTTP/1.1\r\nConnection: close, x\r\n\r\n",
             b"GET /hit HTTP/1.0\r\n\r\n",
             b"POST /hit HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
             b"GET http://x/hit HTTP/1.1\r\n\r\n",
@@ -346,5 +380,20 @@ mod tests {
             assert_eq!(out, b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
             assert_eq!(rest, [other, &hit[..]].concat(), "{}", String::from_utf8_lossy(other));
         }
+    }
+
+    #[test]
+    fn a_request_to_close_is_answered_saying_so_and_nothing_after_it_is_read() {
+        let close = b"GET /hit HTTP/1.1\r\nHost: x\r\nConnection: Close\r\n\r\n";
+        let next = b"GET /hit HTTP/1.1\r\nHost: x\r\n\r\n";
+        let mut buf = BytesMut::from(&[&next[..], close, next].concat()[..]);
+        let mut out = Vec::new();
+        let (count, batch) = answer_all(&mut buf, &OneObject, &mut out, None);
+        assert_eq!(count, 2);
+        assert!(matches!(batch, Batch::Close));
+        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+        let closing = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok";
+        assert_eq!(out, [&answer[..], closing].concat());
+        assert_eq!(&buf[..], next, "what follows a close is never answered");
     }
 }

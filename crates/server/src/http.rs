@@ -152,12 +152,14 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>, private: bool) -> Res
     let mut res = match rfc9110::evaluate(&cond, &v) {
         Precondition::NotModified => status_only(StatusCode::NOT_MODIFIED),
         Precondition::Failed => status_only(StatusCode::PRECONDITION_FAILED),
-        Precondition::Proceed if circus_http::accept::wants_native(h) => native(state, &file, h, head).await?,
+        Precondition::Proceed if circus_http::accept::wants_native(h) => {
+            native(state, req.uri().path(), &file, h, head).await?
+        }
         Precondition::Proceed => {
             // Plain clients neither wait for nor start an index build (a
             // HEAD must not read the whole file); their responses carry
             // Repr-Digest once a native request or `circus index` built it.
-            let res = plain(state, &file, h, head);
+            let res = plain(state, req.uri().path(), &file, h, head).await;
             // What only some may read is never kept for the hit lane.
             if !head && !private && res.status() == StatusCode::OK && state.small.wants(&file) {
                 let read = state.metrics.storage_read_bytes.clone();
@@ -177,9 +179,12 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>, private: bool) -> Res
     Ok(res)
 }
 
-/// What the request path names, resolved off the async workers (stat and
-/// canonicalize block).
+/// What the request path names: as resolved less than a second ago, or
+/// resolved now off the async workers (stat and canonicalize block).
 async fn resolve(state: &Arc<AppState>, path: &str) -> Result<Resolved, HttpError> {
+    if let Some(file) = state.files.recent(path) {
+        return Ok(Resolved::File(file));
+    }
     let (table, path) = (state.clone(), path.to_owned());
     tokio::task::spawn_blocking(move || table.files.resolve(&path))
         .await
@@ -223,6 +228,7 @@ fn status_only(status: StatusCode) -> Response<ResBody> {
 
 async fn native(
     state: &Arc<AppState>,
+    path: &str,
     file: &Arc<FileEntry>,
     h: &HeaderMap,
     head: bool,
@@ -234,7 +240,7 @@ async fn native(
             // verified before the whole file is hashed. It gets the plain
             // stream now (circus get takes it as a plain download), and
             // says how far the build is.
-            let mut res = plain(state, file, h, head);
+            let mut res = plain(state, path, file, h, head).await;
             let hashed = file.build_progress().unwrap_or(0);
             let note = format!("building; hashed={hashed}; size={}", file.size);
             res.headers_mut().insert(INDEX_HEADER, HeaderValue::from_str(&note).expect("ASCII"));
@@ -281,7 +287,14 @@ fn native_response(
     Ok(res)
 }
 
-fn plain(state: &Arc<AppState>, file: &Arc<FileEntry>, h: &HeaderMap, head: bool) -> Response<ResBody> {
+/// The plain response for `file`, which `path` (percent-encoded) named.
+async fn plain(
+    state: &Arc<AppState>,
+    path: &str,
+    file: &Arc<FileEntry>,
+    h: &HeaderMap,
+    head: bool,
+) -> Response<ResBody> {
     let size = file.size;
     let v = Validators { etag: &file.etag, last_modified: file.modified };
     let ranges = if rfc9110::if_range_allows(header_str(h, header::IF_RANGE), &v) {
@@ -328,10 +341,16 @@ fn plain(state: &Arc<AppState>, file: &Arc<FileEntry>, h: &HeaderMap, head: bool
             (StatusCode::PARTIAL_CONTENT, parts, len, ct, None)
         }
     };
-    let body = if head || parts.is_empty() {
-        full(Bytes::new())
-    } else {
-        PlainBody::new(&state.driver, file.clone(), parts).boxed()
+    // A small file kept whole needs no trip through the scheduler (h2
+    // streams, ranges and closing requests come this way).
+    let kept = match &parts[..] {
+        [Part::Range(s, e)] => state.small.body(path, file).map(|body| body.slice(*s as usize..=*e as usize)),
+        _ => None,
+    };
+    let body = match kept {
+        _ if head || parts.is_empty() => full(Bytes::new()),
+        Some(bytes) => full(bytes),
+        None => PlainBody::new(&state.driver, file.clone(), parts).primed().await.boxed(),
     };
     let mut res = Response::new(body);
     *res.status_mut() = status;

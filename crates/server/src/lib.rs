@@ -59,6 +59,7 @@ mod observe;
 mod open_connections;
 mod pacer;
 pub mod private;
+mod recent_files;
 mod redirect;
 mod rewind;
 mod sendfile;

@@ -72,8 +72,29 @@ impl SendfileStream {
         }
     }
 
+    /// Heap bytes that arena bytes follow (a response head before its
+    /// body): sent with `MSG_MORE`, so the kernel holds them until the
+    /// `sendfile` right after joins them in one segment, as nginx's
+    /// `tcp_nopush` does. A head sent alone costs a packet of its own, and
+    /// on loopback a receive path too.
+    fn poll_send_more(&self, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        use rustix::net::{SendAncillaryBuffer, SendFlags, sendmsg};
+        loop {
+            ready!(self.inner.poll_write_ready(cx))?;
+            let sent = self.inner.try_io(Interest::WRITABLE, || {
+                let flags = SendFlags::MORE | SendFlags::NOSIGNAL;
+                Ok(sendmsg(&self.inner, bufs, &mut SendAncillaryBuffer::default(), flags)?)
+            });
+            match sent {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                other => return Poll::Ready(other),
+            }
+        }
+    }
+
     /// One write: a `sendfile` of the first slice when it is arena memory,
-    /// else a `writev` of the heap slices up to the next arena slice.
+    /// else the heap slices up to the next arena slice (see
+    /// [`Self::poll_send_more`]), or all of them with `writev`.
     fn write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<io::Result<usize>> {
         let bufs = &bufs[bufs.iter().take_while(|b| b.is_empty()).count()..];
         if let (Some(arena), Some(first)) = (self.arena.clone(), bufs.first()) {
@@ -82,7 +103,10 @@ impl SendfileStream {
             }
             // Heads and other heap bytes up to the next arena slice: writev.
             let plain = bufs.iter().take_while(|b| arena.locate(b).is_none()).count();
-            return Pin::new(&mut self.inner).poll_write_vectored(cx, &bufs[..plain]);
+            if plain < bufs.len() {
+                return self.poll_send_more(cx, &bufs[..plain]);
+            }
+            return Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         }
         Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
     }

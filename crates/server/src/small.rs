@@ -134,6 +134,13 @@ impl SmallFiles {
         Some(small)
     }
 
+    /// The kept bytes of `url_path` when they are exactly the version
+    /// `file` (resolved for this request), if any.
+    pub fn body(&self, url_path: &str, file: &FileEntry) -> Option<Bytes> {
+        let small = self.cache.get(url_path)?;
+        (small.id == file.id && small.body.len() as u64 == file.size).then(|| small.body.clone())
+    }
+
     /// Bytes held now.
     pub fn used(&self) -> u64 {
         self.cache.weight()
