@@ -164,8 +164,15 @@ impl FileTable {
         }
     }
 
-    /// The file `url_path` resolved to less than a second ago, without
-    /// blocking (see [`RecentFiles`]).
+    /// Where the version `entry` is on disk, while the table knows it.
+    pub fn local(&self, entry: &FileEntry) -> Option<(PathBuf, FileVersion)> {
+        let versions = self.versions.lock().expect("file table lock");
+        let (known, local) = versions.get(&entry.rel)?;
+        (known.id == entry.id).then(|| (local.path().to_owned(), local.version()))
+    }
+
+    /// The file `url_path` resolved to less than a second ago, if still
+    /// the version on disk; blocks for one `stat` (see [`RecentFiles`]).
     pub fn recent(&self, url_path: &str) -> Option<Arc<FileEntry>> {
         self.recent.get(url_path)
     }
@@ -176,8 +183,10 @@ impl FileTable {
     /// Blocking.
     pub fn resolve(&self, url_path: &str) -> Result<Resolved, HttpError> {
         let resolved = self.resolve_now(url_path)?;
-        if let Resolved::File(entry) = &resolved {
-            self.recent.put(url_path, entry);
+        if let Resolved::File(entry) = &resolved
+            && let Some((real, version)) = self.local(entry)
+        {
+            self.recent.put(url_path, entry, real, version);
         }
         Ok(resolved)
     }

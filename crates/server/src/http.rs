@@ -179,8 +179,9 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>, private: bool) -> Res
     Ok(res)
 }
 
-/// What the request path names: as resolved less than a second ago, or
-/// resolved now off the async workers (stat and canonicalize block).
+/// What the request path names: as resolved less than a second ago when
+/// the file is still that version (one `stat`, in place), or resolved now
+/// off the async workers (stat and canonicalize block).
 async fn resolve(state: &Arc<AppState>, path: &str) -> Result<Resolved, HttpError> {
     if let Some(file) = state.files.recent(path) {
         return Ok(Resolved::File(file));
@@ -344,7 +345,7 @@ async fn plain(
     // A small file kept whole needs no trip through the scheduler (h2
     // streams, ranges and closing requests come this way).
     let kept = match &parts[..] {
-        [Part::Range(s, e)] => state.small.body(path, file).map(|body| body.slice(*s as usize..=*e as usize)),
+        [Part::Range(s, e)] if !head => state.small.body(path, file).map(|body| body.slice(*s as usize..=*e as usize)),
         _ => None,
     };
     let body = match kept {

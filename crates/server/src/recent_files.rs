@@ -1,13 +1,15 @@
-//! Request paths resolved within the last second, as nginx's
-//! `open_file_cache` with `open_file_cache_valid 1s`: a hot path is
-//! answered without the blocking pool's hop, `canonicalize` and `stat` on
-//! every request. A file changed or removed is seen within a second; until
-//! then requests get the version resolved before, whole and with its own
-//! validators (its entry reads through its own descriptors), never a mix.
+//! Request paths resolved within the last second: a hot path is answered
+//! without the blocking pool's hop and `canonicalize` on every request,
+//! as nginx's `open_file_cache` does. Each use still `stat`s the file the
+//! path led to (a microsecond when its inode is cached) and is refused
+//! unless it is the very version resolved, so a file rewritten, replaced
+//! or removed is seen by the next request; only a change of where the
+//! path leads (a symlink on the way re-pointed) waits out the second.
 
-use circus_store::FileEntry;
+use circus_store::{FileEntry, FileVersion};
 use quick_cache::sync::Cache;
 use std::{
+    path::PathBuf,
     sync::{Arc, Weak},
     time::{Duration, Instant},
 };
@@ -20,7 +22,15 @@ pub const FRESH: Duration = Duration::from_secs(1);
 const PATHS: usize = 4096;
 
 pub struct RecentFiles {
-    by_path: Cache<String, (Weak<FileEntry>, Instant)>,
+    by_path: Cache<String, Arc<Recent>>,
+}
+
+/// A path's resolution: the entry, where its file is, which version.
+struct Recent {
+    entry: Weak<FileEntry>,
+    at: Instant,
+    real: PathBuf,
+    version: FileVersion,
 }
 
 impl std::fmt::Debug for RecentFiles {
@@ -36,17 +46,22 @@ impl Default for RecentFiles {
 }
 
 impl RecentFiles {
-    /// The file `url_path` named less than [`FRESH`] ago, if still open.
+    /// The file `url_path` named less than [`FRESH`] ago, if still open
+    /// and still the version on disk. Blocks for one `stat`.
     pub fn get(&self, url_path: &str) -> Option<Arc<FileEntry>> {
-        let (entry, at) = self.by_path.get(url_path)?;
-        if at.elapsed() >= FRESH {
+        let recent = self.by_path.get(url_path)?;
+        if recent.at.elapsed() >= FRESH {
             return None;
         }
-        entry.upgrade()
+        let entry = recent.entry.upgrade()?;
+        let meta = std::fs::metadata(&recent.real).ok()?;
+        (meta.is_file() && FileVersion::of(&meta) == recent.version).then_some(entry)
     }
 
-    /// Remembers that `url_path` names `entry` now.
-    pub fn put(&self, url_path: &str, entry: &Arc<FileEntry>) {
-        self.by_path.insert(url_path.to_owned(), (Arc::downgrade(entry), Instant::now()));
+    /// Remembers that `url_path` names `entry`, version `version` of the
+    /// file at `real`.
+    pub fn put(&self, url_path: &str, entry: &Arc<FileEntry>, real: PathBuf, version: FileVersion) {
+        let recent = Recent { entry: Arc::downgrade(entry), at: Instant::now(), real, version };
+        self.by_path.insert(url_path.to_owned(), Arc::new(recent));
     }
 }

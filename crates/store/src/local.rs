@@ -66,6 +66,11 @@ impl LocalFile {
         self.version
     }
 
+    /// The file itself, symlinks resolved.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Whether a block failed its hash under this version (see
     /// [`BlockSource::distrust`]).
     pub fn is_distrusted(&self) -> bool {
