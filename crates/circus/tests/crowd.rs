@@ -10,6 +10,12 @@ use std::{process::Command, time::Duration};
 
 const CLIENTS: usize = 100;
 
+/// The tests of this file run one at a time: the hundred downloads of one
+/// would starve the other's server of the two cores, and its scheduler's
+/// ticks and reads would come late (it once read the file 1.34 times
+/// favoring storage beside them, 0.81-1.00 alone).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Received bytes per second by client index: unthrottled, 8, 4 and 2 MiB/s.
 fn rate(i: usize) -> Option<u64> {
     [None, Some(8 << 20), Some(4 << 20), Some(2 << 20)][i % 4]
@@ -25,6 +31,7 @@ fn metric(addr: &str, name: &str) -> f64 {
 
 #[test]
 fn a_hundred_mixed_speed_native_downloads_share_reads_and_arrive_byte_exact() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let files: Vec<(String, Vec<u8>)> = [("a.bin", 3 << 20), ("b.bin", (2 << 20) + 12_345)]
         .into_iter()
@@ -113,6 +120,7 @@ fn crowd_reads(favor: &str, data: &[u8]) -> f64 {
 
 #[test]
 fn favoring_storage_reads_the_file_about_once_for_clients_of_every_speed() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let data: Vec<u8> = (0..4u64 << 20).map(|i| (i * 13 % 251) as u8).collect();
     let len = data.len() as f64;
     let storage = crowd_reads("storage", &data) / len;
@@ -120,10 +128,9 @@ fn favoring_storage_reads_the_file_about_once_for_clients_of_every_speed() {
     eprintln!("file read {storage:.2} times favoring storage, {speed:.2} favoring speed");
     // At full speed the 1 MiB/s clients hold a quarter of the file when the
     // fast ones are done, and most of the rest is read again.
-    // Favoring storage reads it about once: 0.84-1.08 on a quiet machine,
-    // up to 1.25 with the other test of this file and a busy core beside it
-    // (ticks and reads come late, and a block leaves the cache before the
-    // slowest holder takes it).
+    // Favoring storage reads it about once: 0.81-1.09 on a quiet machine
+    // (more when the cores are busy: ticks and reads come late, and a
+    // block leaves the cache before the slowest holder takes it).
     assert!(storage <= 1.3, "favoring storage read the file {storage:.2} times");
     assert!(speed >= 1.3, "favoring speed read the file {speed:.2} times: the crowd did not differ in speed");
     assert!(storage * 2.0 <= speed, "favoring storage ({storage:.2}) read not half of favoring speed ({speed:.2})");

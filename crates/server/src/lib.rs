@@ -405,7 +405,6 @@ impl Connection {
         let Connection { state, lane, limits, stopping, answered, busy, builder, arena, activity, tls, log } = self;
         let peer = stream.peer_addr().ok();
         let encrypted = tls.is_some();
-
         let lane_log = log.clone();
         let counted = activity.clone();
         let service = service_fn(move |req| {
