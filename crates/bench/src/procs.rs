@@ -295,21 +295,27 @@ impl ServerProc {
 
     /// User plus system CPU seconds of the process and its children so far.
     pub fn cpu_seconds(&self) -> f64 {
-        let mut total = 0.0;
+        let (user, system) = self.cpu_split();
+        user + system
+    }
+
+    /// User and system CPU seconds of the process and its children so far,
+    /// apart: the system part is the kernel's work for the server (sends,
+    /// receives, polling), the user part the server's own.
+    pub fn cpu_split(&self) -> (f64, f64) {
+        let (mut user, mut system) = (0.0, 0.0);
         let mut pids = vec![self.child.id()];
-        let tick = 100.0; // USER_HZ on Linux
         while let Some(pid) = pids.pop() {
             if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-                let after = stat.rsplit(')').next().unwrap_or("");
-                let f: Vec<&str> = after.split_whitespace().collect();
-                let get = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-                total += (get(11) + get(12)) / tick;
+                let (u, s) = stat_ticks(&stat, 11, 12);
+                user += u / USER_HZ;
+                system += s / USER_HZ;
             }
             if let Ok(children) = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")) {
                 pids.extend(children.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
             }
         }
-        total
+        (user, system)
     }
 
     /// GET a small text resource (metrics, status) over a fresh connection,
@@ -363,4 +369,25 @@ fn memfd_bytes(pid: u32) -> u64 {
         .filter_map(|fd| std::fs::metadata(fd.path()).ok())
         .map(|m| m.blocks() * 512)
         .sum()
+}
+
+/// Clock ticks per second in `/proc/*/stat` (USER_HZ on Linux).
+const USER_HZ: f64 = 100.0;
+
+/// Two fields of a `/proc/*/stat` line, counted from the one after the
+/// command name (0 is the state).
+fn stat_ticks(stat: &str, a: usize, b: usize) -> (f64, f64) {
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let get = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (get(a), get(b))
+}
+
+/// CPU seconds (user plus system) of this process's children that have
+/// been waited for: the load generators (wrk, h2load, curl) once each run
+/// ends; servers still running are not in it.
+pub fn finished_children_cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let (user, system) = stat_ticks(&stat, 13, 14);
+    (user + system) / USER_HZ
 }

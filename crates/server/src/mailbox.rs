@@ -198,6 +198,8 @@ impl Mailbox {
             Some(w) => inner.blocks.iter().position(|&(b, _)| b == w),
         };
         if let Some((b, bytes)) = i.and_then(|i| inner.blocks.remove(i)) {
+            // The connection is running: a put meanwhile needs no wake-up.
+            inner.waker = None;
             return Poll::Ready(Next::Block(b, bytes));
         }
         // A failure ends an in-order download even with later blocks here.
