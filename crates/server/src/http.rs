@@ -179,11 +179,12 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>, private: bool) -> Res
     Ok(res)
 }
 
-/// What the request path names: as resolved less than a second ago when
-/// the file is still that version (one `stat`, in place), or resolved now
-/// off the async workers (stat and canonicalize block).
+/// What the request path names: a small file kept whole (see
+/// [`crate::small`]); as resolved less than a second ago when the file is
+/// still that version (one `stat`, in place); or resolved now off the async
+/// workers (stat and canonicalize block).
 async fn resolve(state: &Arc<AppState>, path: &str) -> Result<Resolved, HttpError> {
-    if let Some(file) = state.files.recent(path) {
+    if let Some(file) = state.small.entry(&state.files, path).or_else(|| state.files.recent(path)) {
         return Ok(Resolved::File(file));
     }
     let (table, path) = (state.clone(), path.to_owned());

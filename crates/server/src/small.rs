@@ -34,7 +34,8 @@ const ENTRY_OVERHEAD: u64 = 192;
 
 #[derive(Debug)]
 struct Small {
-    id: FileId,
+    /// The version kept.
+    entry: Arc<FileEntry>,
     /// Status line and fixed fields, without `date` and the blank line.
     head: Bytes,
     body: Bytes,
@@ -110,7 +111,7 @@ impl SmallFiles {
         }
         let digest = base64::engine::general_purpose::STANDARD.encode(index.sha256);
         Ok(Small {
-            id: file.id,
+            entry: file.clone(),
             head: Bytes::from(head(file, &digest)),
             // Exactly the file's bytes: the read buffer is rounded up for O_DIRECT.
             body: Bytes::copy_from_slice(&bytes),
@@ -125,7 +126,7 @@ impl SmallFiles {
         if small.checked.load(Ordering::Relaxed) < secs {
             // Blocking, at most once a second per file: a path resolution
             // and a stat, as nginx makes on every request.
-            if files.lookup(url_path).ok().is_none_or(|f| f.id != small.id) {
+            if files.lookup(url_path).ok().is_none_or(|f| f.id != small.entry.id) {
                 self.cache.remove(url_path);
                 return None;
             }
@@ -138,7 +139,14 @@ impl SmallFiles {
     /// `file` (resolved for this request), if any.
     pub fn body(&self, url_path: &str, file: &FileEntry) -> Option<Bytes> {
         let small = self.cache.get(url_path)?;
-        (small.id == file.id && small.body.len() as u64 == file.size).then(|| small.body.clone())
+        (small.entry.id == file.id && small.body.len() as u64 == file.size).then(|| small.body.clone())
+    }
+
+    /// The version kept for `url_path` while it is current (checked at
+    /// most once a second, as the lane's answers are): the full path, h2
+    /// and ranges included, then resolves it without a `stat`.
+    pub fn entry(&self, files: &FileTable, url_path: &str) -> Option<Arc<FileEntry>> {
+        self.current(files, url_path, SystemTime::now()).map(|small| small.entry.clone())
     }
 
     /// Bytes held now.
@@ -222,12 +230,15 @@ mod tests {
         assert!(text.contains("\r\ndate: ") && text.ends_with("\r\n\r\nsmall file"), "{text}");
         let native = [httparse::Header { name: "Accept", value: b"application/vnd.circus.blocks" }];
         assert!(!lane("/s.txt", &native, &mut Vec::new()), "native clients go to the full path");
+        let kept_version = small.entry(&files, "/s.txt").expect("the full path resolves the kept version");
+        assert_eq!(kept_version.id, files.lookup("/s.txt").unwrap().id);
 
         // Rewritten: within a second the entry is checked again and dropped.
         std::fs::write(dir.path().join("s.txt"), b"changed!!!!").unwrap();
         small.cache.get("/s.txt").unwrap().checked.store(0, Ordering::Relaxed);
         assert!(!lane("/s.txt", &[], &mut Vec::new()));
         assert!(!kept(&small));
+        assert!(small.entry(&files, "/s.txt").is_none(), "the full path resolves the file anew");
     }
 
     #[test]
