@@ -140,4 +140,21 @@ fn bench_defaults_drives_circus_and_nginx_in_clear_over_every_size_and_protocol(
         assert!(names.iter().any(|n| n.starts_with("ratio") && n.contains(load)), "no {load} in {names:?}");
     }
     assert!(report["verdict"].as_str().unwrap().contains("server CPU per byte"), "{report}");
+    // Each ratio comes with the ceiling the clients' and the kernel's
+    // measured costs leave on this machine; a server row with what its
+    // clients spent.
+    let figure = |row: &Value, name: &str| {
+        let figures = row["figures"].as_array().unwrap();
+        figures.iter().find(|f| f[0] == name).and_then(|f| f[1].as_f64())
+    };
+    for row in rows {
+        let name = row["server"].as_str().unwrap();
+        let (key, what) =
+            if name.starts_with("ratio") { ("ceiling", "ceiling") } else { ("client_cpu_s_per_gb", "client CPU") };
+        let value = figure(row, key).unwrap_or_else(|| panic!("no {what} in {row}"));
+        // Three downloads of 4 MiB may cost curl less than a clock tick.
+        if !name.contains("curl downloads") {
+            assert!(value.is_finite() && value > 0.0, "{what} {value} in {row}");
+        }
+    }
 }
