@@ -23,7 +23,7 @@ use rustc_hash::FxHashSet;
 use std::{
     io::Write,
     sync::{
-        Arc, Mutex,
+        Arc, Mutex, Weak,
         atomic::{AtomicU64, Ordering},
     },
     time::{SystemTime, UNIX_EPOCH},
@@ -34,8 +34,10 @@ const ENTRY_OVERHEAD: u64 = 192;
 
 #[derive(Debug)]
 struct Small {
-    /// The version kept.
-    entry: Arc<FileEntry>,
+    id: FileId,
+    /// The version kept, held weakly: the file table decides which
+    /// versions stay open (an entry holds its file's descriptors).
+    entry: Weak<FileEntry>,
     /// Status line and fixed fields, without `date` and the blank line.
     head: Bytes,
     body: Bytes,
@@ -111,7 +113,8 @@ impl SmallFiles {
         }
         let digest = base64::engine::general_purpose::STANDARD.encode(index.sha256);
         Ok(Small {
-            entry: file.clone(),
+            id: file.id,
+            entry: Arc::downgrade(file),
             head: Bytes::from(head(file, &digest)),
             // Exactly the file's bytes: the read buffer is rounded up for O_DIRECT.
             body: Bytes::copy_from_slice(&bytes),
@@ -126,7 +129,7 @@ impl SmallFiles {
         if small.checked.load(Ordering::Relaxed) < secs {
             // Blocking, at most once a second per file: a path resolution
             // and a stat, as nginx makes on every request.
-            if files.lookup(url_path).ok().is_none_or(|f| f.id != small.entry.id) {
+            if files.lookup(url_path).ok().is_none_or(|f| f.id != small.id) {
                 self.cache.remove(url_path);
                 return None;
             }
@@ -139,14 +142,14 @@ impl SmallFiles {
     /// `file` (resolved for this request), if any.
     pub fn body(&self, url_path: &str, file: &FileEntry) -> Option<Bytes> {
         let small = self.cache.get(url_path)?;
-        (small.entry.id == file.id && small.body.len() as u64 == file.size).then(|| small.body.clone())
+        (small.id == file.id && small.body.len() as u64 == file.size).then(|| small.body.clone())
     }
 
     /// The version kept for `url_path` while it is current (checked at
     /// most once a second, as the lane's answers are): the full path, h2
     /// and ranges included, then resolves it without a `stat`.
     pub fn entry(&self, files: &FileTable, url_path: &str) -> Option<Arc<FileEntry>> {
-        self.current(files, url_path, SystemTime::now()).map(|small| small.entry.clone())
+        self.current(files, url_path, SystemTime::now()).and_then(|small| small.entry.upgrade())
     }
 
     /// Bytes held now.
