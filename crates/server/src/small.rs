@@ -9,8 +9,10 @@
 //! re-resolved through the [`FileTable`] at most once a second (as nginx's
 //! `open_file_cache_valid`): a changed or removed file drops its entry
 //! within a second, and until then the old bytes go out with the old
-//! validators, never a mix. The store has its own share of the cache
-//! budget (quick_cache, weighed in bytes).
+//! validators, never a mix. The full path (h2, ranges) resolves a kept
+//! path to its kept version under the same once-a-second check, without a
+//! `stat` per request. The store has its own share of the cache budget
+//! (quick_cache, weighed in bytes).
 
 use crate::files::FileTable;
 use base64::Engine;
