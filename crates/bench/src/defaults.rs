@@ -89,7 +89,11 @@ pub async fn run(opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Res
             external::wrk(&c.h1, &c.server.name, object, 4, 1.0, false)?;
         }
     }
-    let outcome = versus::alternate(&circus, &nginx, &loads(opts), opts.rounds, opts.seconds, log).await?;
+    let loads = loads(opts);
+    let outcome = versus::alternate(&circus, &nginx, &loads, opts.rounds, opts.seconds, log).await?;
+    let plot = opts.work.join("defaults.svg");
+    crate::versus_plot::write(&loads, &outcome.figures, "circus vs nginx at the defaults", &plot)?;
+    log(&format!("plot: {}", plot.display()));
     let cpu = if outcome.cpu_worse.is_empty() {
         "server CPU per byte <= nginx's at every load".to_string()
     } else {

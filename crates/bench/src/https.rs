@@ -63,7 +63,11 @@ pub async fn run(opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Res
         external::downloads(&c.h1, &c.server.name, "big.bin", 1, opts.file_size).await?;
         external::wrk(&c.h1, &c.server.name, "1k.bin", 4, 1.0, false)?;
     }
-    let outcome = versus::alternate(&circus, &nginx, &loads(opts), opts.rounds, opts.seconds, log).await?;
+    let loads = loads(opts);
+    let outcome = versus::alternate(&circus, &nginx, &loads, opts.rounds, opts.seconds, log).await?;
+    let plot = opts.work.join("https.svg");
+    crate::versus_plot::write(&loads, &outcome.figures, "circus vs nginx over HTTPS", &plot)?;
+    log(&format!("plot: {}", plot.display()));
     Ok(Report {
         scenario: "https".into(),
         setup: format!(

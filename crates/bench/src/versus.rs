@@ -68,6 +68,18 @@ pub(crate) struct Outcome {
     pub verdicts: Vec<String>,
     /// Loads where circus spent more server CPU per byte than nginx.
     pub cpu_worse: Vec<String>,
+    /// Per load, in the order given: the figures the plot draws.
+    pub figures: Vec<LoadFigures>,
+}
+
+/// One load's headline figures.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LoadFigures {
+    /// circus / nginx, the median of the rounds.
+    pub ratio: f64,
+    pub ceiling: f64,
+    /// Server CPU seconds per gigabyte of bodies: circus, nginx.
+    pub cpu_s_per_gb: [f64; 2],
 }
 
 /// Runs every load `rounds` times against `circus` then `nginx`, each
@@ -113,14 +125,16 @@ pub(crate) async fn alternate(
             }
         }
     }
-    let mut out = Outcome { rows: Vec::new(), verdicts: Vec::new(), cpu_worse: Vec::new() };
+    let mut out = Outcome { rows: Vec::new(), verdicts: Vec::new(), cpu_worse: Vec::new(), figures: Vec::new() };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     for (l, load) in loads.iter().enumerate() {
         let per_gb = [0, 1].map(|s| cpu[l][s] / (bytes[l][s] / 1e9));
         let ceiling = Ceiling {
             cores,
-            client_s_per_gb: lesser(|s| clients[l][s] / (bytes[l][s] / 1e9)),
-            floor_s_per_gb: lesser(|s| system[l][s] / (bytes[l][s] / 1e9)),
+            floor_s_per_gb: [0, 1]
+                .map(|s| (clients[l][s] + system[l][s]) / (bytes[l][s] / 1e9))
+                .into_iter()
+                .fold(f64::MAX, f64::min),
             nginx_gb_per_s: median(&rates[l][1]) * if load.unit() == "bytes/s" { 1.0 } else { load.size as f64 } / 1e9,
         };
         for (s, c) in contenders.iter().enumerate() {
@@ -146,6 +160,7 @@ pub(crate) async fn alternate(
                 .with("ceiling", ceiling.ratio())
                 .with("cpu_per_byte_over_nginx", per_gb[0] / per_gb[1]),
         );
+        out.figures.push(LoadFigures { ratio, ceiling: ceiling.ratio(), cpu_s_per_gb: per_gb });
         let beyond = if ratio < load.target && ceiling.ratio() < load.target {
             format!(", beyond this machine's ceiling of {:.2}", ceiling.ratio())
         } else {
@@ -166,28 +181,25 @@ pub(crate) async fn alternate(
 
 /// An estimate of the most any server could serve a load at on this
 /// machine, over what nginx served. The load generators share the cores
-/// with the server, and each byte costs them at least the CPU they spent
-/// against the server that cost them less; the server is granted the
-/// kernel work (sends, receives, polling: system CPU) of whichever server
-/// needed less of it, and no user-space work at all. A target above it
-/// would need the clients or the kernel to do less per byte than either
-/// server got them to; on a machine where clients and server share few
-/// cores, that is what decides the ratio.
+/// with the server, and each byte costs them and the kernel at least what
+/// it cost them against the server that needed less: the clients' CPU plus
+/// the server's system (kernel) CPU, summed per server because on loopback
+/// the receiver's TCP work runs in whichever process's context the packet
+/// arrives, so the two shift between client and server from run to run
+/// while their sum does not. The server is granted no user-space work at
+/// all. A target above it would need the clients or the kernel to do less
+/// per byte than either server got them to; on a machine where clients and
+/// server share few cores, that is what decides the ratio.
 struct Ceiling {
     cores: f64,
-    client_s_per_gb: f64,
+    /// Client CPU plus server system CPU per GB, the lesser of the two servers.
     floor_s_per_gb: f64,
     nginx_gb_per_s: f64,
 }
 
-/// The lesser of a figure for the two servers.
-fn lesser(figure: impl Fn(usize) -> f64) -> f64 {
-    figure(0).min(figure(1))
-}
-
 impl Ceiling {
     fn ratio(&self) -> f64 {
-        let best_gb_per_s = self.cores / (self.client_s_per_gb + self.floor_s_per_gb);
+        let best_gb_per_s = self.cores / self.floor_s_per_gb;
         best_gb_per_s / self.nginx_gb_per_s
     }
 }
