@@ -10,6 +10,9 @@
 //! - `amplification`: 50 throttled native clients of mixed speeds download
 //!   one file together; storage bytes read over the file size, for the
 //!   circus and sequential policies.
+//! - `amplification-plain`, `amplification-mixed`: the same question for
+//!   curl downloads (in order, at 15-60 MB/s), all of them or half beside
+//!   native clients, with the fewest reads any cache could have done.
 //! - `hot`: 50 concurrent downloads of a file already in memory, circus
 //!   against nginx (sendfile), with the same client program (curl).
 //! - `lava`: 1 KiB and 10 KiB resident objects at the highest rate, the
@@ -54,12 +57,14 @@ mod native_client;
 pub mod netem;
 mod origin;
 pub mod output;
+mod plain_crowd;
 mod procs;
 mod report;
 pub mod scenarios;
 mod slow;
 mod squid;
 mod versus;
+mod versus_plot;
 mod wpb;
 
 pub use report::{Report, Row};
@@ -129,6 +134,8 @@ pub async fn run(name: &str, opts: &BenchOptions, log: &mut (dyn FnMut(&str) + S
         "abuse" => abuse::run(opts, log).await,
         "amplification" => amplification::run(opts, amplification::Storage::Disk, log).await,
         "origin-amplification" => amplification::run(opts, amplification::Storage::Origin, log).await,
+        "amplification-plain" => plain_crowd::run(opts, plain_crowd::Crowd::Plain, log).await,
+        "amplification-mixed" => plain_crowd::run(opts, plain_crowd::Crowd::Mixed, log).await,
         "hot" => hot::run(opts, log).await,
         "https" => https::run(opts, log).await,
         "defaults" => defaults::run(opts, log).await,
@@ -139,7 +146,7 @@ pub async fn run(name: &str, opts: &BenchOptions, log: &mut (dyn FnMut(&str) + S
         "wpb-modem" => wpb::run(opts, wpb::Variant::Modem, log).await,
         "boot" => boot::run(opts, log).await,
         other => Err(BenchError::Setup(format!(
-            "unknown scenario {other:?}: use abuse, amplification, origin-amplification, hot, https, defaults, slow, lava, origin, wpb, wpb-modem, boot or one of {}",
+            "unknown scenario {other:?}: use abuse, amplification, amplification-plain, amplification-mixed, origin-amplification, hot, https, defaults, slow, lava, origin, wpb, wpb-modem, boot or one of {}",
             scenarios::NAMES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
         ))),
     }

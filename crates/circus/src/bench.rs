@@ -17,6 +17,9 @@ pub struct BenchArgs {
     /// quick, load, delay-loss, file-size, files, block-size, queue,
     /// threshold, leapfront, memory (cache 4-16 MiB, not in the paper).
     /// Others: amplification (50 mixed-speed native clients, storage bytes read),
+    /// amplification-plain (10 curl clients at 15-60 MB/s on a 200 MiB file,
+    /// storage bytes read beside the best any cache could do),
+    /// amplification-mixed (the same, half curl and half native),
     /// hot (50 downloads of a resident file, circus vs nginx),
     /// https (HTTPS vs nginx: 1 KiB and 1 MiB keep-alive and 1 KiB with a new
     /// TLS connection per request by wrk, h2 by h2load, 50 curl downloads
@@ -40,7 +43,8 @@ pub struct BenchArgs {
     /// The CI smoke run (the `quick` scenario, under 2 minutes).
     #[arg(long)]
     quick: bool,
-    /// Test file size (amplification, hot, https, defaults, slow: default 1GiB; the paper's
+    /// Test file size (amplification, hot, https, defaults, slow: default 1GiB;
+    /// amplification-plain and -mixed: 200MiB; the paper's
     /// scenarios: overrides every point's).
     #[arg(long)]
     file_size: Option<ByteSize>,
@@ -50,7 +54,8 @@ pub struct BenchArgs {
     /// Alternating rounds of every load against each server (https, defaults).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
-    /// Clients or connections (default: 50; slow 5000; origin, boot 100; wpb-modem 200).
+    /// Clients or connections (default: 50; slow 5000; origin, boot 100; wpb-modem 200;
+    /// amplification-plain and -mixed 10).
     #[arg(long)]
     clients: Option<usize>,
     /// Server cache budget (amplification, hot, slow: default 64MiB; the
@@ -158,12 +163,13 @@ pub fn main(args: BenchArgs) -> anyhow::Result<()> {
         "slow" => 5000,
         "origin" | "boot" => 100,
         "wpb-modem" => 200,
+        "amplification-plain" | "amplification-mixed" => 10,
         _ => 50,
     };
     let opts = circus_bench::BenchOptions {
         circus,
         work: args.work.clone(),
-        file_size: args.file_size.map_or(1 << 30, |s| s.0),
+        file_size: args.file_size.map_or(if name.starts_with("amplification-") { 200 << 20 } else { 1 << 30 }, |s| s.0),
         clients: args.clients.unwrap_or(default_clients),
         cache: args.cache.map_or(64 << 20, |c| c.0),
         seed: args.seed,

@@ -77,6 +77,10 @@ pub struct SimArgs {
     /// until all finish (reports read amplification).
     #[arg(long)]
     cohort: Option<usize>,
+    /// The share of downloads that are plain HTTP, received in file order
+    /// (curl, browsers, apt), from 0 to 1; the rest are native clients.
+    #[arg(long, default_value_t = 0.0)]
+    plain_share: f64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Print one JSON object instead of a table.
@@ -125,6 +129,7 @@ impl SimArgs {
             warmup_secs: self.warmup.map(|d| d.as_secs_f64()),
             measure_secs: self.measure.map(|d| d.as_secs_f64()),
             cohort: self.cohort,
+            plain_share: self.plain_share,
         };
         cfg.validate().context("invalid simulation settings")?;
         Ok(cfg)

@@ -140,6 +140,8 @@ fn bench_defaults_drives_circus_and_nginx_in_clear_over_every_size_and_protocol(
         assert!(names.iter().any(|n| n.starts_with("ratio") && n.contains(load)), "no {load} in {names:?}");
     }
     assert!(report["verdict"].as_str().unwrap().contains("server CPU per byte"), "{report}");
+    let plot = std::fs::read_to_string(dir.path().join("defaults.svg")).expect("the run draws its figure");
+    assert!(plot.contains("circus / nginx") && plot.contains("h2, 100 streams"), "{plot}");
     // Each ratio comes with the ceiling the clients' and the kernel's
     // measured costs leave on this machine; a server row with what its
     // clients spent.
@@ -157,4 +159,35 @@ fn bench_defaults_drives_circus_and_nginx_in_clear_over_every_size_and_protocol(
             assert!(value.is_finite() && value > 0.0, "{what} {value} in {row}");
         }
     }
+}
+
+#[test]
+fn bench_amplification_plain_reports_reads_beside_the_best_any_cache_could_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = Command::new(BIN)
+        .args(["bench", "amplification-plain", "--file-size", "32MiB", "--cache", "8MiB", "--clients", "4", "--json"])
+        .arg("--work")
+        .arg(dir.path())
+        .env("CIRCUS_LOG", "warn")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "bench failed: {stderr}");
+    let report: Value = serde_json::from_slice(&run.stdout).unwrap();
+    let figure = |server: &str, name: &str| {
+        let row = report["rows"].as_array().unwrap().iter().find(|r| r["server"] == server).unwrap();
+        let figures = row["figures"].as_array().unwrap();
+        figures
+            .iter()
+            .find(|f| f[0] == name)
+            .and_then(|f| f[1].as_f64())
+            .unwrap_or_else(|| panic!("no {name} in {row}"))
+    };
+    let (circus, lru) = (figure("circus", "amplification"), figure("sequential", "amplification"));
+    let best = figure("circus", "best_possible_amplification");
+    // The bound is computed from the rates the downloads actually got,
+    // which curl measures a little differently from the server's reads.
+    assert!(best >= 1.0 && circus >= best * 0.9, "circus {circus} below the best possible {best}: {report}");
+    assert!(circus <= lru * 1.05, "circus {circus} against LRU's {lru}: {report}");
+    assert!(figure("circus", "download_vs_ideal_mean") <= 1.1, "{report}");
 }

@@ -6,11 +6,14 @@
 //! and a popped entry is valid only if it still matches the block's current
 //! key (lazy deletion keeps every operation O(log n)).
 
+use crate::event::Nanos;
 use circus_core::{BlockIdx, FileId};
 use std::{cmp::Reverse, collections::BinaryHeap};
 
-/// Key space: idle blocks outside any region evict before region blocks,
-/// and region blocks before blocks a holder still lacks (rule C13).
+/// Key space: idle blocks nobody is known to need evict first, then blocks
+/// an in-order client will read (rule C14), then region blocks, then blocks
+/// a holder still lacks (rule C13).
+const NEEDED_CLASS: u64 = 1 << 61;
 const REGION_CLASS: u64 = 1 << 62;
 const HELD_CLASS: u64 = 1 << 63;
 
@@ -59,8 +62,21 @@ impl Cache {
         let s = self.next_stamp();
         match order {
             IdleOrder::Lru => s,
-            IdleOrder::Mru => REGION_CLASS - 1 - s,
+            IdleOrder::Mru => NEEDED_CLASS - 1 - s,
         }
+    }
+
+    /// Key for an idle block an in-order client will read at `at` (C14):
+    /// the later, the sooner it is evicted.
+    pub fn needed_key(at: Nanos) -> u64 {
+        let span = REGION_CLASS - NEEDED_CLASS;
+        NEEDED_CLASS + (span - 1 - at.min(span - 1))
+    }
+
+    /// Whether an idle block's key says only when it will be needed (C14) or
+    /// nothing at all: such keys are refreshed as readers move.
+    pub fn is_refreshable(key: u64) -> bool {
+        key != 0 && key < REGION_CLASS
     }
 
     /// Key for an idle block inside a region that it entered at `entered`.
@@ -125,5 +141,19 @@ mod tests {
         c.push(k2, f, 2);
         c.push(k1, f, 1);
         assert_eq!(c.pop(|_, _, _| true), Some((f, 1)));
+    }
+
+    #[test]
+    fn blocks_needed_later_go_first_after_unneeded_ones_and_before_region_blocks() {
+        let mut c = Cache::new(100);
+        let f = FileId(1);
+        let region = Cache::region_key(c.next_stamp());
+        c.push(region, f, 0);
+        c.push(Cache::needed_key(5_000), f, 1);
+        c.push(Cache::needed_key(9_000), f, 2);
+        let idle = c.idle_key(IdleOrder::Mru);
+        c.push(idle, f, 3);
+        let order: Vec<_> = std::iter::from_fn(|| c.pop(|_, _, _| true)).map(|(_, b)| b).collect();
+        assert_eq!(order, vec![3, 2, 1, 0]);
     }
 }

@@ -86,10 +86,13 @@ impl ClientState {
     }
 }
 
-/// Exponentially weighted send rate, for status reports only: scheduling
-/// decisions never depend on it, so a clock jump cannot change what is sent.
+/// Exponentially weighted send rate. Reported in the status, and rule C14
+/// estimates when an in-order client reaches a block from it. The average
+/// starts at zero; `get` corrects for that start, so a client measured for
+/// half a second is not taken for one much slower than it is.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RateMeter {
+    since: Nanos,
     last: Nanos,
     bytes_per_sec: f64,
 }
@@ -99,7 +102,7 @@ impl RateMeter {
     const TAU_SECS: f64 = 2.0;
 
     pub fn new(now: Nanos) -> Self {
-        Self { last: now, bytes_per_sec: 0.0 }
+        Self { since: now, last: now, bytes_per_sec: 0.0 }
     }
 
     pub fn record(&mut self, now: Nanos, bytes: u32) {
@@ -111,7 +114,25 @@ impl RateMeter {
         self.bytes_per_sec = keep * self.bytes_per_sec + (1.0 - keep) * inst;
     }
 
+    /// Bytes per second, 0 before the first interval.
     pub fn get(&self) -> f64 {
-        self.bytes_per_sec
+        let weight = 1.0 - (-(self.last.saturating_sub(self.since) as f64 / 1e9) / Self::TAU_SECS).exp();
+        if weight > 0.0 { self.bytes_per_sec / weight } else { 0.0 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_young_meter_reports_the_rate_it_saw_not_a_fraction_of_it() {
+        let mut m = RateMeter::new(0);
+        assert_eq!(m.get(), 0.0);
+        // 1 MB every 100 ms for half a second: 10 MB/s.
+        for i in 1..=5 {
+            m.record(i * 100_000_000, 1_000_000);
+        }
+        assert!((m.get() - 10e6).abs() < 1e3, "{}", m.get());
     }
 }

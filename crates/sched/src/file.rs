@@ -1,7 +1,7 @@
 //! Per-file state: which blocks are in memory, who waits for them, and the
 //! active region.
 
-use crate::region::Region;
+use crate::{foresight::Foresight, region::Region};
 use circus_core::{BlockIdx, BlockLayout, BlockSet, ClientId, FileId};
 use rustc_hash::FxHashMap;
 
@@ -37,6 +37,8 @@ pub(crate) struct FileState {
     /// Clients that found the region unable to advance (C13) and wait for a
     /// holder to take its oldest block.
     pub gated: Vec<ClientId>,
+    /// Its in-order readers as last snapshotted (C14).
+    pub foresight: Foresight,
 }
 
 impl FileState {
@@ -58,6 +60,7 @@ impl FileState {
             leads: 0,
             needers: vec![0; n as usize],
             gated: Vec::new(),
+            foresight: Foresight::default(),
         }
     }
 

@@ -27,6 +27,7 @@ mod client;
 mod config;
 mod event;
 mod file;
+mod foresight;
 mod policy;
 mod region;
 mod scheduler;

@@ -6,6 +6,7 @@ use crate::{
     config::{Favor, PolicyKind, SchedConfig},
     event::{Action, Event, FailReason, Nanos, ReadFault},
     file::FileState,
+    foresight::REFRESH_SENDS,
     policy::{Circus, Pick, PickCtx, Policy, Sequential},
 };
 use circus_core::{BlockIdx, BlockLayout, BlockSet, ClientId, FileId};
@@ -161,6 +162,9 @@ impl Scheduler {
             file.count_needs(&state.have, 1);
         }
         self.clients.insert(id, state);
+        if in_order {
+            self.refresh_foresight(file_id);
+        }
         self.fill(id);
     }
 
@@ -515,8 +519,15 @@ impl Scheduler {
         client.delivered += 1;
         client.last_sent = self.now;
         client.rate.record(self.now, file.layout.block_len(b));
-        let (file_id, done) = (client.file, client.delivered == file.blocks());
+        let (file_id, done, in_order) = (client.file, client.delivered == file.blocks(), client.in_order);
         self.unpin(file_id, b);
+        if in_order && !done {
+            let foresight = &mut self.files.get_mut(&file_id).expect("client's file present").foresight;
+            foresight.sends_since += 1;
+            if foresight.sends_since >= REFRESH_SENDS {
+                self.refresh_foresight(file_id);
+            }
+        }
         if done {
             self.counters.completed += 1;
             self.out.push(Action::Complete { client: id });
@@ -552,12 +563,20 @@ impl Scheduler {
             client.cursor = first;
         }
         self.counters.parked += 1;
+        let in_order = client.in_order;
         self.give_up(id, file_id, &dropped);
+        if in_order {
+            self.refresh_foresight(file_id);
+        }
     }
 
     fn resume(&mut self, id: ClientId) {
         if let Some(client) = self.clients.get_mut(&id).filter(|c| c.parked) {
             client.parked = false;
+            let (file_id, in_order) = (client.file, client.in_order);
+            if in_order {
+                self.refresh_foresight(file_id);
+            }
             self.fill(id);
         }
     }
@@ -588,7 +607,7 @@ impl Scheduler {
     }
 
     fn make_idle(&mut self, file_id: FileId, b: BlockIdx) {
-        let file = self.files.get_mut(&file_id).expect("file present");
+        let file = &self.files[&file_id];
         let key = if file.needers[b as usize] > 0 {
             // A holder still lacks it (C13): kept until it is taken, unless
             // nothing else can make room.
@@ -596,10 +615,47 @@ impl Scheduler {
         } else if file.region.contains(b) {
             Cache::region_key(file.entered[b as usize])
         } else {
-            self.cache.idle_key(self.policy.idle_order())
+            self.plain_key(file_id, b)
         };
-        file.evict_key[b as usize] = key;
+        self.files.get_mut(&file_id).expect("file present").evict_key[b as usize] = key;
         self.cache.push(key, file_id, b);
+    }
+
+    /// The key of an idle block neither held nor in a region: by when an
+    /// in-order client will next read it (C14), else by recency.
+    fn plain_key(&mut self, file_id: FileId, b: BlockIdx) -> u64 {
+        let file = &self.files[&file_id];
+        let clients = &self.clients;
+        let lacks = |c| clients.get(&c).is_some_and(|c: &ClientState| !c.parked && !c.have.contains(b));
+        match file.foresight.next_use(b, u64::from(self.cfg.block_size), lacks) {
+            Some(at) => Cache::needed_key(at),
+            None => self.cache.idle_key(self.policy.idle_order()),
+        }
+    }
+
+    /// C14: snapshots the file's in-order readers and re-keys its idle
+    /// blocks that are keyed by need or recency. Under the circus policy
+    /// only: the sequential policy is the LRU baseline.
+    fn refresh_foresight(&mut self, file_id: FileId) {
+        if self.cfg.policy != PolicyKind::Circus {
+            return;
+        }
+        let Some(file) = self.files.get_mut(&file_id) else { return };
+        let clients = &self.clients;
+        let readers = file.clients.iter().filter_map(|id| {
+            clients.get(id).filter(|c| c.in_order && !c.parked).map(|c| (*id, c.cursor, c.rate.get()))
+        });
+        let had_readers = !file.foresight.is_empty();
+        file.foresight.refresh(self.now, readers);
+        if !had_readers && file.foresight.is_empty() {
+            return;
+        }
+        let keyed: Vec<BlockIdx> =
+            file.resident.iter().filter(|&b| Cache::is_refreshable(file.evict_key[b as usize])).collect();
+        for b in keyed {
+            self.cache.forget_one();
+            self.make_idle(file_id, b);
+        }
     }
 
     fn loaded(&mut self, file_id: FileId, b: BlockIdx) {
@@ -649,6 +705,9 @@ impl Scheduler {
         }
         if file.clients.is_empty() {
             self.active_files -= 1;
+        }
+        if client.in_order {
+            self.refresh_foresight(file_id);
         }
         self.drop_file_if_idle(file_id);
     }

@@ -29,6 +29,11 @@ pub struct SimConfig {
     /// half a second), nobody replaces them, and the run lasts until all
     /// finish. Measures storage read amplification of a release-day crowd.
     pub cohort: Option<usize>,
+    /// The share of downloads that are plain HTTP (in order, front to back,
+    /// like curl or a browser); the rest are native clients that take
+    /// blocks in any order.
+    #[serde(default)]
+    pub plain_share: f64,
 }
 
 impl Default for SimConfig {
@@ -49,6 +54,7 @@ impl Default for SimConfig {
             warmup_secs: None,
             measure_secs: None,
             cohort: None,
+            plain_share: 0.0,
         }
     }
 }
@@ -69,6 +75,8 @@ pub enum SimConfigError {
     Disk,
     #[error("warm-up and measured durations must be positive")]
     Duration,
+    #[error("the plain share must be within 0.0..=1.0, got {0}")]
+    PlainShare(f64),
 }
 
 impl SimConfig {
@@ -92,6 +100,9 @@ impl SimConfig {
         }
         if self.warmup_secs.is_some_and(|s| s < 0.0) || self.measure_secs.is_some_and(|s| s <= 0.0) {
             return Err(SimConfigError::Duration);
+        }
+        if !(0.0..=1.0).contains(&self.plain_share) {
+            return Err(SimConfigError::PlainShare(self.plain_share));
         }
         Ok(())
     }

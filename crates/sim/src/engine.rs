@@ -34,6 +34,10 @@ struct SimClient {
     /// Blocks the scheduler said to send, in order.
     ready: VecDeque<(FileId, BlockIdx)>,
     sending: Option<BlockIdx>,
+    /// A plain HTTP download: it puts blocks on the wire in file order
+    /// only, `next` first.
+    in_order: bool,
+    next: BlockIdx,
 }
 
 /// Progress callback: fraction of simulated time done.
@@ -72,6 +76,11 @@ struct Stats {
     disk_busy_ns: u64,
     /// (class, duration s, ideal s) of downloads finished in the window.
     downloads: Vec<(LinkClass, f64, f64)>,
+    /// Plain downloads of a cohort: when each started and its rate, for
+    /// the fewest reads any cache could have served them with.
+    plain: Vec<crate::bound::Reader>,
+    /// A cohort download was native.
+    native_in_cohort: bool,
     failed: u64,
     events: u64,
 }
@@ -150,9 +159,20 @@ impl<'a> Sim<'a> {
         let id = ClientId(self.next_id);
         self.next_id += 1;
         let rate = self.cfg.tcp.rate(class.rate().bytes_per_sec());
-        let client = SimClient { slot, class, rate, started: self.now, ready: VecDeque::new(), sending: None };
+        // Drawn only when some downloads are plain, so runs without them
+        // see the same random sequence as before plain clients existed.
+        let in_order = self.cfg.plain_share > 0.0 && self.rng.random_range(0.0..1.0) < self.cfg.plain_share;
+        if self.cfg.cohort.is_some() {
+            if in_order {
+                self.stats.plain.push(crate::bound::Reader { start_s: self.now as f64 / NS, bytes_per_s: rate });
+            } else {
+                self.stats.native_in_cohort = true;
+            }
+        }
+        let ready = VecDeque::new();
+        let client = SimClient { slot, class, rate, started: self.now, ready, sending: None, in_order, next: 0 };
         self.clients.insert(id, client);
-        self.feed(Event::Join { client: id, file, len: self.cfg.file_size, have: None, in_order: false });
+        self.feed(Event::Join { client: id, file, len: self.cfg.file_size, have: None, in_order });
     }
 
     /// Hands an event to the scheduler and carries out what it asks.
@@ -208,8 +228,10 @@ impl<'a> Sim<'a> {
         if c.sending.is_some() {
             return;
         }
-        let Some((_, block)) = c.ready.pop_front() else { return };
+        let at = if c.in_order { c.ready.iter().position(|&(_, b)| b == c.next) } else { Some(0) };
+        let Some((_, block)) = at.and_then(|i| c.ready.remove(i)) else { return };
         c.sending = Some(block);
+        c.next = block + 1;
         let bytes = f64::from(self.layout.block_len(block));
         let server_start = self.server_free_at.max(self.now);
         self.server_free_at = server_start + (bytes * self.server_ns_per_byte) as u64;
@@ -290,6 +312,11 @@ impl<'a> Sim<'a> {
             disk_bytes_per_s: s.disk_bytes as f64 / secs,
             miss_ratio: if s.net_bytes == 0 { f64::NAN } else { s.disk_bytes as f64 / s.net_bytes as f64 },
             amplification: s.disk_bytes as f64 / cfg.file_size as f64,
+            amplification_bound: (!s.plain.is_empty() && !s.native_in_cohort).then(|| {
+                let blocks = (cfg.sched.cache_bytes / u64::from(cfg.sched.block_size)) as usize;
+                crate::bound::fewest_reads(&s.plain, self.layout, blocks) as f64 / f64::from(self.layout.blocks())
+            }),
+            plain_share: cfg.plain_share,
             download_mean_s: mean(&times),
             download_p95_s: p95.unwrap_or(f64::NAN),
             download_ideal_s: mean(&ideals),
@@ -338,5 +365,30 @@ mod tests {
             circus.amplification,
             sequential.amplification
         );
+    }
+
+    #[test]
+    fn a_plain_cohort_reads_no_less_than_the_best_cache_could_and_circus_no_more_than_lru() {
+        let run_plain = |policy| {
+            let mut cfg = SimConfig {
+                file_size: 64 << 20,
+                cohort: Some(12),
+                links: "10T+T3".parse().unwrap(),
+                plain_share: 1.0,
+                server_link: circus_core::BitRate(10e9),
+                ..SimConfig::default()
+            };
+            cfg.sched.policy = policy;
+            cfg.sched.cache_bytes = 4 << 20;
+            cfg.sched.active_len = 1 << 20;
+            run(&cfg, &mut |_| {}).unwrap()
+        };
+        let (circus, lru) = (run_plain(PolicyKind::Circus), run_plain(PolicyKind::Sequential));
+        assert_eq!(circus.clients_completed, 12);
+        let best = circus.amplification_bound.expect("an all-plain cohort gets its bound");
+        assert!(circus.amplification >= best - 1e-9, "{} below the offline optimum {best}", circus.amplification);
+        assert!(circus.amplification <= lru.amplification, "{} vs LRU's {}", circus.amplification, lru.amplification);
+        // Plain downloads at their link rates: as fast as their links allow.
+        assert!(circus.slowdown() < 1.01, "{}", circus.slowdown());
     }
 }

@@ -12,9 +12,11 @@
 //! ```
 //!
 //! Parts: [`link`] (client classes and the TCP model), [`disk`] (one arm,
-//! positioning cost, media rate), the event loop, [`report`], and
+//! positioning cost, media rate), the event loop, [`report`], [`bound`]
+//! (the fewest reads any cache could serve in-order readers with), and
 //! [`figures`] (the paper's Figures 7–17 as sweeps, CSV and SVG).
 
+pub mod bound;
 mod config;
 pub mod disk;
 mod engine;

@@ -27,6 +27,13 @@ pub struct SimReport {
     /// Disk bytes read / file size: for a cohort run, how many times the
     /// file was read to serve everybody.
     pub amplification: f64,
+    /// For a cohort of plain (in-order) downloads only: the fewest times
+    /// any cache of this size could have read the file for them, given when
+    /// each started and its rate (see [`crate::bound`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub amplification_bound: Option<f64>,
+    /// The share of downloads that were plain HTTP.
+    pub plain_share: f64,
     pub download_mean_s: f64,
     pub download_p95_s: f64,
     /// File size / client link rate, averaged over the completed downloads.
@@ -71,6 +78,7 @@ impl SimReport {
             ("network", format!("{} ({:.1}% of offered)", mb(self.net_bytes_per_s), 100.0 * self.net_vs_offered())),
             ("disk", format!("{} (busy {:.0}%)", mb(self.disk_bytes_per_s), 100.0 * self.disk_busy_fraction)),
             ("miss ratio", format!("{:.4} (file read {:.2} times)", self.miss_ratio, self.amplification)),
+            ("plain", format!("{:.0}% of downloads in order", 100.0 * self.plain_share)),
             (
                 "download",
                 format!(
@@ -95,6 +103,10 @@ impl SimReport {
             ),
             ("wall time", format!("{:.2} s, {} events", self.wall_s, self.events)),
         ];
+        let mut rows = rows;
+        if let Some(bound) = self.amplification_bound {
+            rows.insert(8, ("best cache", format!("file read {bound:.2} times (Belady, offline)")));
+        }
         let mut out = String::new();
         for (k, v) in rows {
             let _ = writeln!(out, "{k:>11}  {v}");

@@ -1,0 +1,177 @@
+//! Storage read amplification for the clients most crowds are made of:
+//! curl downloads, each receiving the file front to back at the rate its
+//! link allows (`curl --limit-rate`, drawn between 15 and 60 MB/s), all
+//! starting within half a second, through a cache far smaller than the file.
+//! Scenario `amplification-plain` is all curl; `amplification-mixed` is
+//! half curl, half native clients at the same rates.
+//!
+//! Beside each policy's figure stands the fewest reads any cache of the same
+//! size could have done for the same arrivals and rates (Belady's offline
+//! rule, `circus_sim::bound`): plain downloads read at fixed times whatever
+//! the server does, so no eviction can beat that number, and a target below
+//! it can only be met by slowing clients down.
+
+use crate::{BenchError, BenchOptions, Report, Row, io_err, make_file, native_client, procs::ServerProc};
+use circus_core::BlockLayout;
+use circus_sim::bound::{Reader, fewest_reads};
+use rand::{Rng, SeedableRng};
+use std::time::{Duration, Instant};
+
+/// Client rates, bytes per second: drawn uniformly in this range.
+const RATES: std::ops::Range<f64> = 15e6..60e6;
+
+/// The server's block size (its default), for the bound.
+const BLOCK: u32 = 64 << 10;
+
+/// Who makes up the crowd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Crowd {
+    /// Every client is curl.
+    Plain,
+    /// Every other client is a native one.
+    Mixed,
+}
+
+/// One finished download.
+struct Done {
+    start_s: f64,
+    seconds: f64,
+    rate: f64,
+    plain: bool,
+}
+
+pub async fn run(opts: &BenchOptions, crowd: Crowd, log: &mut (dyn FnMut(&str) + Send)) -> Result<Report, BenchError> {
+    crate::external::require(&["curl"])?;
+    let root = opts.work.join("amplification-plain");
+    std::fs::create_dir_all(&root).map_err(io_err("creating data dir"))?;
+    make_file(&root.join("data.bin"), opts.file_size, opts.seed)?;
+    let mut rows = Vec::new();
+    for policy in ["circus", "sequential"] {
+        let mut args = vec!["--policy".into(), policy.into(), "--cache".into(), opts.cache.to_string()];
+        args.extend(opts.server_args.iter().cloned());
+        let server = ServerProc::circus(&opts.circus, &root, &args)?;
+        let url = format!("http://{}/data.bin", server.addr);
+        // Native clients need the file's hash index: build it before the clock starts.
+        if crowd == Crowd::Mixed {
+            native_client::download(&url, None).await.map_err(BenchError::Client)?;
+        }
+        let before = server.metric("circus_storage_read_bytes_total")?;
+        log(&format!("{policy}: {} clients ({crowd:?}) downloading {} bytes", opts.clients, opts.file_size));
+        let done = crowd_run(&url, opts, crowd, log).await?;
+        let read = server.metric("circus_storage_read_bytes_total")? - before;
+        let slowdowns: Vec<f64> = done.iter().map(|d| d.seconds / (opts.file_size as f64 / d.rate)).collect();
+        let mut row = Row::new(policy)
+            .with("storage_bytes_read", read)
+            .with("amplification", read / opts.file_size as f64)
+            .with("download_vs_ideal_mean", slowdowns.iter().sum::<f64>() / slowdowns.len() as f64)
+            .with("download_vs_ideal_max", slowdowns.iter().copied().fold(0.0, f64::max));
+        if crowd == Crowd::Plain {
+            row = row.with("best_possible_amplification", bound(&done, opts));
+        }
+        rows.push(row);
+    }
+    let figure = |r: &Row, k: &str| r.get(k).unwrap_or(f64::NAN);
+    let (amp, slow) = (figure(&rows[0], "amplification"), figure(&rows[0], "download_vs_ideal_mean"));
+    let target = match crowd {
+        Crowd::Plain => 1.5,
+        Crowd::Mixed => 1.3,
+    };
+    let best = rows[0].get("best_possible_amplification");
+    let beyond = match best {
+        Some(b) if b > target => format!("; no cache of this size could do better than {b:.2} for these clients"),
+        Some(b) => format!("; the best any cache could do for these clients: {b:.2}"),
+        None => String::new(),
+    };
+    Ok(Report {
+        scenario: match crowd {
+            Crowd::Plain => "amplification-plain",
+            Crowd::Mixed => "amplification-mixed",
+        }
+        .into(),
+        setup: format!(
+            "{} {} at 15-60 MB/s (curl --limit-rate; native clients throttle themselves) download one {} byte file, starting within 0.5 s; cache {} bytes; favor speed",
+            opts.clients,
+            match crowd {
+                Crowd::Plain => "curl clients",
+                Crowd::Mixed => "clients, half curl and half native,",
+            },
+            opts.file_size,
+            opts.cache
+        ),
+        verdict: format!(
+            "circus reads the file {amp:.2} times (target <= {target}: {}), downloads at {slow:.3} x their ideal time (target <= 1.10), sequential (LRU) {:.2} times{beyond}",
+            if amp <= target { "met" } else { "NOT met" },
+            figure(&rows[1], "amplification"),
+        ),
+        rows,
+    })
+}
+
+/// Starts the crowd and waits for every download; fails if one fails.
+async fn crowd_run(
+    url: &str,
+    opts: &BenchOptions,
+    crowd: Crowd,
+    log: &mut (dyn FnMut(&str) + Send),
+) -> Result<Vec<Done>, BenchError> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(opts.seed);
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..opts.clients {
+        let rate = rng.random_range(RATES);
+        let jitter = Duration::from_millis(rng.random_range(0..500));
+        let plain = crowd == Crowd::Plain || i % 2 == 0;
+        let (url, size) = (url.to_string(), opts.file_size);
+        tasks.spawn(async move {
+            tokio::time::sleep(jitter).await;
+            let start_s = started.elapsed().as_secs_f64();
+            let seconds = if plain {
+                curl(&url, rate, size).await?
+            } else {
+                native_client::download(&url, Some(rate)).await.map_err(BenchError::Client)?.seconds
+            };
+            Ok::<_, BenchError>(Done { start_s, seconds, rate, plain })
+        });
+    }
+    let mut done = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        done.push(r.map_err(|e| BenchError::Client(e.to_string()))??);
+        log(&format!("  {}/{} done after {:.0} s", done.len(), opts.clients, started.elapsed().as_secs_f64()));
+    }
+    Ok(done)
+}
+
+/// One curl download at `rate` bytes per second; its duration in seconds.
+async fn curl(url: &str, rate: f64, size: u64) -> Result<f64, BenchError> {
+    let out = tokio::process::Command::new("curl")
+        .args(["-sSf", "--max-time", "600", "--limit-rate", &format!("{}", rate as u64)])
+        .args(["-o", "/dev/null", "-w", "%{size_download} %{time_total}", url])
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(io_err("running curl"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut parts = text.split_whitespace();
+    let got: u64 = parts.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let seconds: f64 = parts.next().and_then(|s| s.parse().ok()).unwrap_or(f64::NAN);
+    if !out.status.success() || got != size {
+        return Err(BenchError::Client(format!(
+            "curl {url} got {got} of {size} bytes: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(seconds)
+}
+
+/// The fewest times any cache of the server's size could have read the
+/// file for these downloads, each at the rate it actually got.
+fn bound(done: &[Done], opts: &BenchOptions) -> f64 {
+    let readers: Vec<Reader> = done
+        .iter()
+        .filter(|d| d.plain)
+        .map(|d| Reader { start_s: d.start_s, bytes_per_s: opts.file_size as f64 / d.seconds })
+        .collect();
+    let layout = BlockLayout::new(opts.file_size, BLOCK);
+    let reads = fewest_reads(&readers, layout, (opts.cache / u64::from(BLOCK)) as usize);
+    reads as f64 / f64::from(layout.blocks())
+}

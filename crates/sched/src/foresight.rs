@@ -1,0 +1,113 @@
+//! Rule C14: the blocks in-order clients will read next are kept by when
+//! they will next be read.
+//!
+//! An in-order client (a plain HTTP download) reads its file front to back
+//! at the pace of its connection, so its future reads are known: block `b`
+//! is reached `(b - cursor) x block / rate` from now. A file's in-order
+//! readers are snapshotted (cursor, measured rate, time); an idle block is
+//! then keyed by the earliest time any reader that still lacks it is
+//! expected to reach it, and among such blocks the one needed furthest in
+//! the future is evicted first (Belady's rule, with the future estimated).
+//!
+//! The deadline a snapshot gives is a point in time, so it stays right as
+//! long as the reader keeps its rate: keys need refreshing only when
+//! readers join, leave, or drift, which the scheduler does every
+//! [`REFRESH_SENDS`] in-order sends of the file.
+
+use crate::event::Nanos;
+use circus_core::{BlockIdx, ClientId};
+
+/// In-order sends of a file between two snapshots of its readers.
+pub(crate) const REFRESH_SENDS: u32 = 64;
+
+/// At most this many readers behind a block are looked at: the nearest
+/// ones, which are nearly always the first to arrive.
+const NEAREST: usize = 32;
+
+/// Rate assumed for a reader not measured yet when no reader of its file
+/// is: one 64 KiB block a millisecond (64 MB/s).
+const DEFAULT_BYTES_PER_SEC: f64 = 64e6;
+
+#[derive(Debug, Clone, Copy)]
+struct Reader {
+    client: ClientId,
+    /// The first block it lacked at the snapshot.
+    cursor: BlockIdx,
+    /// Nanoseconds it takes per byte.
+    ns_per_byte: f64,
+}
+
+/// One file's in-order readers as of a snapshot.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Foresight {
+    /// Sorted by cursor.
+    readers: Vec<Reader>,
+    at: Nanos,
+    /// In-order sends since the snapshot.
+    pub sends_since: u32,
+}
+
+impl Foresight {
+    /// Takes a new snapshot of `readers`: (client, cursor, measured bytes
+    /// per second, 0 when not measured yet). A reader without a rate is
+    /// taken to go as fast as the fastest measured one: a newcomer at the
+    /// start of the file needs its first blocks soon.
+    pub fn refresh(&mut self, now: Nanos, readers: impl Iterator<Item = (ClientId, BlockIdx, f64)>) {
+        self.readers.clear();
+        let mut fastest: f64 = 0.0;
+        for (client, cursor, rate) in readers {
+            fastest = fastest.max(rate);
+            self.readers.push(Reader { client, cursor, ns_per_byte: rate });
+        }
+        let fallback = if fastest > 0.0 { fastest } else { DEFAULT_BYTES_PER_SEC };
+        for r in &mut self.readers {
+            let rate = if r.ns_per_byte > 0.0 { r.ns_per_byte } else { fallback };
+            r.ns_per_byte = 1e9 / rate;
+        }
+        self.readers.sort_unstable_by_key(|r| (r.cursor, r.client));
+        self.at = now;
+        self.sends_since = 0;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.readers.is_empty()
+    }
+
+    /// When block `b` (of `block_bytes` per block before it) will next be
+    /// read by a reader that lacks it (`lacks`), if any will.
+    pub fn next_use(&self, b: BlockIdx, block_bytes: u64, lacks: impl Fn(ClientId) -> bool) -> Option<Nanos> {
+        let behind = self.readers.partition_point(|r| r.cursor <= b);
+        self.readers[..behind]
+            .iter()
+            .rev()
+            .take(NEAREST)
+            .filter(|r| lacks(r.client))
+            .map(|r| {
+                let bytes = u64::from(b - r.cursor) * block_bytes;
+                self.at.saturating_add((bytes as f64 * r.ns_per_byte) as Nanos)
+            })
+            .min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_reader_to_arrive_decides_and_readers_past_a_block_do_not_count() {
+        let mut f = Foresight::default();
+        // Client 1 at block 10 going 1 MB/s, client 2 at block 0 going
+        // 10 MB/s, client 3 not measured yet at block 5 (taken as fast as
+        // the fastest); 1,000-byte blocks.
+        f.refresh(1_000, [(ClientId(1), 10, 1e6), (ClientId(2), 0, 10e6), (ClientId(3), 5, 0.0)].into_iter());
+        let all = |_| true;
+        // Block 20: client 1 needs 10 ms, client 2 2 ms, client 3 1.5 ms.
+        assert_eq!(f.next_use(20, 1000, all), Some(1_000 + 1_500_000));
+        assert_eq!(f.next_use(20, 1000, |c| c != ClientId(3)), Some(1_000 + 2_000_000));
+        // Only client 2 is at or before block 0; a reader past a block
+        // never needs it.
+        assert_eq!(f.next_use(0, 1000, |c| c == ClientId(1)), None);
+        assert_eq!(f.next_use(0, 1000, all), Some(1_000));
+    }
+}
