@@ -38,8 +38,9 @@ pub enum Favor {
     /// Each block stays until every native client of its file has taken it,
     /// so the file is read about once however the speeds differ; the active
     /// region moves at the pace of the file's slowest native client, and
-    /// faster ones wait for it (rule C13). For storage or an origin whose
-    /// reads are the scarce or billed resource.
+    /// faster ones wait for it (rule C13). Plain (in-order) downloads of a
+    /// file are paced to stay within memory of each other (rule C15). For
+    /// storage or an origin whose reads are the scarce or billed resource.
     Storage,
 }
 

@@ -39,6 +39,8 @@ pub(crate) struct FileState {
     pub gated: Vec<ClientId>,
     /// Its in-order readers as last snapshotted (C14).
     pub foresight: Foresight,
+    /// Plain downloads waiting for a slower one to come closer (C15).
+    pub paced: Vec<ClientId>,
 }
 
 impl FileState {
@@ -61,6 +63,7 @@ impl FileState {
             needers: vec![0; n as usize],
             gated: Vec::new(),
             foresight: Foresight::default(),
+            paced: Vec::new(),
         }
     }
 

@@ -13,6 +13,8 @@ use circus_core::{BlockIdx, BlockLayout, BlockSet, ClientId, FileId};
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 
+mod pacing;
+
 /// Running totals, for metrics and the simulator.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Counters {
@@ -113,7 +115,10 @@ impl Scheduler {
             Event::Leave { client } => self.remove_client(client),
             Event::Park { client, returned } => self.park(client, &returned),
             Event::Resume { client } => self.resume(client),
-            Event::Tick => self.release_stalled_holders(),
+            Event::Tick => {
+                self.release_stalled_holders();
+                self.wake_all_paced();
+            }
         }
         self.wake_gated();
         self.pump_deferred();
@@ -231,6 +236,12 @@ impl Scheduler {
                 return;
             }
             let file_id = client.file;
+            if client.in_order && self.paces_plain() && self.must_pace(id, file_id, pick.block()) {
+                // C15: a slower plain download of the file would lose the
+                // blocks this read brings; wait for it.
+                self.pace(id, file_id);
+                return;
+            }
             let client = self.clients.get_mut(&id).expect("client present");
             let b = pick.block();
             debug_assert!(!client.have.contains(b), "policy picked block {b} twice for {id}");
@@ -527,6 +538,7 @@ impl Scheduler {
             if foresight.sends_since >= REFRESH_SENDS {
                 self.refresh_foresight(file_id);
             }
+            self.wake_paced(file_id);
         }
         if done {
             self.counters.completed += 1;
@@ -567,6 +579,7 @@ impl Scheduler {
         self.give_up(id, file_id, &dropped);
         if in_order {
             self.refresh_foresight(file_id);
+            self.wake_paced(file_id);
         }
     }
 
@@ -700,6 +713,7 @@ impl Scheduler {
         let file = self.files.get_mut(&file_id).expect("client's file present");
         file.clients.retain(|&c| c != id);
         file.gated.retain(|&c| c != id);
+        file.paced.retain(|&c| c != id);
         if file.frontrunner == Some(id) {
             file.frontrunner = None;
         }
@@ -708,6 +722,7 @@ impl Scheduler {
         }
         if client.in_order {
             self.refresh_foresight(file_id);
+            self.wake_paced(file_id);
         }
         self.drop_file_if_idle(file_id);
     }

@@ -494,12 +494,11 @@ fn parked_clients_pin_nothing_and_pick_again_when_resumed() {
 /// Runs plain (in-order) downloads of file 1 to the end, one round per
 /// simulated millisecond: each round every read finishes, then each client
 /// puts `speed` blocks on the wire (in order) once the round `joins` has
-/// come. Returns the storage reads.
-fn run_plain(policy: PolicyKind, n: u32, cache_blocks: u64, clients: &[(u64, usize, u64)]) -> u64 {
-    let cfg =
-        SchedConfig { queue_len: 4, cache_bytes: cache_blocks * B, active_len: cache_blocks * B / 2, ..cfg(policy) };
+/// come. Returns the storage reads and the round each client completed in.
+fn run_plain_with(cfg: SchedConfig, n: u32, clients: &[(u64, usize, u64)]) -> (u64, Vec<u64>) {
     let mut d = Driver::new(cfg);
     d.in_order_joins = true;
+    let mut finished = vec![0; clients.len()];
     let mut round = 0;
     while round < 100_000 {
         for &(c, _, joins) in clients {
@@ -510,11 +509,14 @@ fn run_plain(policy: PolicyKind, n: u32, cache_blocks: u64, clients: &[(u64, usi
         while !d.pending_reads.is_empty() {
             d.finish_read(0, false);
         }
-        for &(c, speed, joins) in clients {
+        for (k, &(c, speed, joins)) in clients.iter().enumerate() {
             for _ in 0..if round >= joins { speed } else { 0 } {
                 let next = d.sendable().into_iter().find(|&i| d.pending_sends[i].0 == ClientId(c));
                 let Some(i) = next else { break };
                 d.finish_send(i);
+            }
+            if finished[k] == 0 && d.completed.contains(&ClientId(c)) {
+                finished[k] = round;
             }
         }
         round += 1;
@@ -524,7 +526,13 @@ fn run_plain(policy: PolicyKind, n: u32, cache_blocks: u64, clients: &[(u64, usi
         }
     }
     assert_eq!(d.completed.len(), clients.len(), "every plain download completes");
-    d.reads
+    (d.reads, finished)
+}
+
+fn run_plain(policy: PolicyKind, n: u32, cache_blocks: u64, clients: &[(u64, usize, u64)]) -> u64 {
+    let cfg =
+        SchedConfig { queue_len: 4, cache_bytes: cache_blocks * B, active_len: cache_blocks * B / 2, ..cfg(policy) };
+    run_plain_with(cfg, n, clients).0
 }
 
 #[test]
@@ -551,4 +559,39 @@ fn c14_plain_downloads_of_mixed_speeds_keep_what_the_slower_need_soonest() {
     // used first (C7's order, before C14), 2,296 under LRU; the offline
     // optimum for these reads (Belady) is about 1,590.
     assert!(circus * 10 <= lru * 8, "circus {circus} reads against LRU's {lru}");
+}
+
+#[test]
+fn c15_favoring_storage_plain_downloads_of_every_speed_read_the_file_once() {
+    // The speeds 3:2:1, together, a file eight times the cache.
+    let clients = [(1, 3, 0), (2, 1, 0), (3, 2, 0)];
+    let with = |favor| {
+        let cfg =
+            SchedConfig { queue_len: 4, cache_bytes: 256 * B, active_len: 128 * B, favor, ..cfg(PolicyKind::Circus) };
+        run_plain_with(cfg, 2048, &clients)
+    };
+    let ((speed, fast), (storage, paced)) = (with(Favor::Speed), with(Favor::Storage));
+    // Measured: 4,715 reads favoring speed, the fastest done in round 682;
+    // 2,048 favoring storage, the fastest done in round 1,888 (the
+    // slowest in 2,047 either way).
+    assert!(speed > 3000, "favoring speed the faster ones run away: {speed} reads");
+    assert!(storage <= 2048 + 16, "favoring storage: {storage} reads for 2048 blocks");
+    // The fastest went at its own pace, then at about the slowest one's.
+    assert!(fast[0] < 800 && paced[0] > 1800, "fastest done in round {} / {}", fast[0], paced[0]);
+}
+
+#[test]
+fn c15_a_download_further_behind_than_memory_paces_nobody() {
+    // Client 2 joins 100 rounds after client 1, same speed, with room for
+    // 64 blocks (a window of 32): the blocks it needs are gone, and holding
+    // client 1 back would not bring them back.
+    let cfg = SchedConfig {
+        queue_len: 4,
+        cache_bytes: 64 * B,
+        active_len: 32 * B,
+        favor: Favor::Storage,
+        ..cfg(PolicyKind::Circus)
+    };
+    let (_, finished) = run_plain_with(cfg, 256, &[(1, 1, 0), (2, 1, 100)]);
+    assert!(finished[0] <= 260, "client 1 done in round {}", finished[0]);
 }

@@ -94,7 +94,8 @@ pub struct Settings {
     /// What the circus policy favours when a file's native clients differ in
     /// speed: speed (default: each at its own pace; blocks a slower client
     /// missed are read again) or storage (each block read once for all of
-    /// them; the region waits for the slowest, so faster clients slow down).
+    /// them, native and plain HTTP; the slowest sets the pace, so faster
+    /// clients slow down).
     #[arg(long)]
     pub favor: Option<Favor>,
     /// Connections served at once; more are answered 503 (default 10000).
