@@ -112,6 +112,17 @@ impl Policy for Circus {
                 return None;
             }
         }
+        // C16: plain downloads of the file read in order on their own
+        // account, outside the region; what they bring is free for a client
+        // that takes blocks in any order, before it reads anything. Not for
+        // a holder (C13): blocks past the head are its region's to take by
+        // leading, or it strands itself ahead of the region.
+        if !client.holds
+            && !file.foresight.is_empty()
+            && let Some(b) = first_in_circular(file.blocks(), region.head(), file.blocks(), lacking)
+        {
+            return Some((Pick::Shared(b), role));
+        }
         // C2: nothing left in the region: lead. A follower may leap over
         // blocks it already holds, up to the leapfront distance from the file
         // cursor; an independent client leads only where it needs the very
