@@ -10,9 +10,11 @@
 //! - `amplification`: 50 throttled native clients of mixed speeds download
 //!   one file together; storage bytes read over the file size, for the
 //!   circus and sequential policies.
-//! - `amplification-plain`, `amplification-mixed`: the same question for
-//!   curl downloads (in order, at 15-60 MB/s), all of them or half beside
-//!   native clients, with the fewest reads any cache could have done.
+//! - `amplification-plain`, `amplification-mixed`,
+//!   `amplification-segmented`: the same question for curl downloads (in
+//!   order, at 15-60 MB/s), all of them or half beside native clients, with
+//!   the fewest reads any cache could have done; and for aria2c's 16
+//!   parallel ranges per client.
 //! - `hot`: 50 concurrent downloads of a file already in memory, circus
 //!   against nginx (sendfile), with the same client program (curl).
 //! - `lava`: 1 KiB and 10 KiB resident objects at the highest rate, the
@@ -136,6 +138,7 @@ pub async fn run(name: &str, opts: &BenchOptions, log: &mut (dyn FnMut(&str) + S
         "origin-amplification" => amplification::run(opts, amplification::Storage::Origin, log).await,
         "amplification-plain" => plain_crowd::run(opts, plain_crowd::Crowd::Plain, log).await,
         "amplification-mixed" => plain_crowd::run(opts, plain_crowd::Crowd::Mixed, log).await,
+        "amplification-segmented" => plain_crowd::run(opts, plain_crowd::Crowd::Segmented, log).await,
         "hot" => hot::run(opts, log).await,
         "https" => https::run(opts, log).await,
         "defaults" => defaults::run(opts, log).await,
@@ -146,7 +149,7 @@ pub async fn run(name: &str, opts: &BenchOptions, log: &mut (dyn FnMut(&str) + S
         "wpb-modem" => wpb::run(opts, wpb::Variant::Modem, log).await,
         "boot" => boot::run(opts, log).await,
         other => Err(BenchError::Setup(format!(
-            "unknown scenario {other:?}: use abuse, amplification, amplification-plain, amplification-mixed, origin-amplification, hot, https, defaults, slow, lava, origin, wpb, wpb-modem, boot or one of {}",
+            "unknown scenario {other:?}: use abuse, amplification, amplification-plain, amplification-mixed, amplification-segmented, origin-amplification, hot, https, defaults, slow, lava, origin, wpb, wpb-modem, boot or one of {}",
             scenarios::NAMES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
         ))),
     }

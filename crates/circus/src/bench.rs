@@ -20,6 +20,7 @@ pub struct BenchArgs {
     /// amplification-plain (10 curl clients at 15-60 MB/s on a 200 MiB file,
     /// storage bytes read beside the best any cache could do),
     /// amplification-mixed (the same, half curl and half native),
+    /// amplification-segmented (8 aria2c clients, -x16 -s16),
     /// hot (50 downloads of a resident file, circus vs nginx),
     /// https (HTTPS vs nginx: 1 KiB and 1 MiB keep-alive and 1 KiB with a new
     /// TLS connection per request by wrk, h2 by h2load, 50 curl downloads
@@ -44,7 +45,7 @@ pub struct BenchArgs {
     #[arg(long)]
     quick: bool,
     /// Test file size (amplification, hot, https, defaults, slow: default 1GiB;
-    /// amplification-plain and -mixed: 200MiB; the paper's
+    /// amplification-plain, -mixed and -segmented: 200MiB; the paper's
     /// scenarios: overrides every point's).
     #[arg(long)]
     file_size: Option<ByteSize>,
@@ -55,7 +56,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 3)]
     rounds: usize,
     /// Clients or connections (default: 50; slow 5000; origin, boot 100; wpb-modem 200;
-    /// amplification-plain and -mixed 10).
+    /// amplification-plain and -mixed 10, amplification-segmented 8).
     #[arg(long)]
     clients: Option<usize>,
     /// Server cache budget (amplification, hot, slow: default 64MiB; the
@@ -164,6 +165,7 @@ pub fn main(args: BenchArgs) -> anyhow::Result<()> {
         "origin" | "boot" => 100,
         "wpb-modem" => 200,
         "amplification-plain" | "amplification-mixed" => 10,
+        "amplification-segmented" => 8,
         _ => 50,
     };
     let opts = circus_bench::BenchOptions {

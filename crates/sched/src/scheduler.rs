@@ -533,9 +533,9 @@ impl Scheduler {
         let (file_id, done, in_order) = (client.file, client.delivered == file.blocks(), client.in_order);
         self.unpin(file_id, b);
         if in_order && !done {
-            let foresight = &mut self.files.get_mut(&file_id).expect("client's file present").foresight;
-            foresight.sends_since += 1;
-            if foresight.sends_since >= REFRESH_SENDS {
+            let file = self.files.get_mut(&file_id).expect("client's file present");
+            file.foresight.sends_since += 1;
+            if file.foresight.sends_since >= REFRESH_SENDS.max(file.resident.len()) {
                 self.refresh_foresight(file_id);
             }
             self.wake_paced(file_id);
