@@ -79,6 +79,11 @@ impl Cache {
         key != 0 && key < REGION_CLASS
     }
 
+    /// Whether the key says when an in-order client will read the block.
+    pub fn is_needed(key: u64) -> bool {
+        (NEEDED_CLASS..REGION_CLASS).contains(&key)
+    }
+
     /// Key for an idle block inside a region that it entered at `entered`.
     pub fn region_key(entered: u64) -> u64 {
         REGION_CLASS + entered

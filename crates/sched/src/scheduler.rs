@@ -637,18 +637,24 @@ impl Scheduler {
     /// The key of an idle block neither held nor in a region: by when an
     /// in-order client will next read it (C14), else by recency.
     fn plain_key(&mut self, file_id: FileId, b: BlockIdx) -> u64 {
-        let file = &self.files[&file_id];
-        let clients = &self.clients;
-        let lacks = |c| clients.get(&c).is_some_and(|c: &ClientState| !c.parked && !c.have.contains(b));
-        match file.foresight.next_use(b, u64::from(self.cfg.block_size), lacks) {
+        match self.next_plain_use(file_id, b) {
             Some(at) => Cache::needed_key(at),
             None => self.cache.idle_key(self.policy.idle_order()),
         }
     }
 
+    /// When an in-order client of the file that lacks `b` will read it (C14).
+    fn next_plain_use(&self, file_id: FileId, b: BlockIdx) -> Option<Nanos> {
+        let clients = &self.clients;
+        let lacks = |c| clients.get(&c).is_some_and(|c: &ClientState| !c.parked && !c.have.contains(b));
+        self.files[&file_id].foresight.next_use(b, u64::from(self.cfg.block_size), lacks)
+    }
+
     /// C14: snapshots the file's in-order readers and re-keys its idle
-    /// blocks that are keyed by need or recency. Under the circus policy
-    /// only: the sequential policy is the LRU baseline.
+    /// blocks that are keyed by need. A block nobody needs keeps its
+    /// recency key; one that was needed and is no longer gets a fresh one.
+    /// Under the circus policy only: the sequential policy is the LRU
+    /// baseline.
     fn refresh_foresight(&mut self, file_id: FileId) {
         if self.cfg.policy != PolicyKind::Circus {
             return;
@@ -666,8 +672,17 @@ impl Scheduler {
         let keyed: Vec<BlockIdx> =
             file.resident.iter().filter(|&b| Cache::is_refreshable(file.evict_key[b as usize])).collect();
         for b in keyed {
-            self.cache.forget_one();
-            self.make_idle(file_id, b);
+            let old = self.files[&file_id].evict_key[b as usize];
+            let key = match self.next_plain_use(file_id, b) {
+                Some(at) => Cache::needed_key(at),
+                None if Cache::is_needed(old) => self.cache.idle_key(self.policy.idle_order()),
+                None => continue,
+            };
+            if key != old {
+                self.cache.forget_one();
+                self.files.get_mut(&file_id).expect("file present").evict_key[b as usize] = key;
+                self.cache.push(key, file_id, b);
+            }
         }
     }
 
