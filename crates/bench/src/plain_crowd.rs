@@ -106,8 +106,8 @@ pub async fn run(opts: &BenchOptions, crowd: Crowd, log: &mut (dyn FnMut(&str) +
             .with("download_vs_ideal_mean", slowdowns.iter().sum::<f64>() / slowdowns.len() as f64)
             .with("download_vs_ideal_max", slowdowns.iter().copied().fold(0.0, f64::max));
         if crowd == Crowd::Plain {
-            // Segmented downloads read their ranges in an order aria2c
-            // decides as it goes: no fixed sequence to bound.
+            // Only an all-curl crowd reads in a sequence fixed in advance:
+            // native clients and aria2c choose their order as they go.
             row = row.with("best_possible_amplification", bound(&done, opts));
         }
         rows.push(row);
