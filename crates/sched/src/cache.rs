@@ -120,8 +120,13 @@ impl Cache {
     /// Drops stale entries once they outnumber live ones, bounding the heap.
     pub fn compact(&mut self, mut still_valid: impl FnMut(u64, FileId, BlockIdx) -> bool) {
         if self.heap.len() > 64 && self.heap.len() > 4 * self.live {
-            let entries = std::mem::take(&mut self.heap).into_vec();
-            self.heap = entries.into_iter().filter(|Reverse((k, f, b))| still_valid(*k, *f, *b)).collect();
+            let mut entries = std::mem::take(&mut self.heap).into_vec();
+            entries.retain(|Reverse((k, f, b))| still_valid(*k, *f, *b));
+            // A block re-keyed to the key it had (C14's deadlines repeat
+            // within a snapshot) has two valid entries; one is its.
+            entries.sort_unstable();
+            entries.dedup();
+            self.heap = entries.into();
             self.live = self.heap.len();
         }
     }

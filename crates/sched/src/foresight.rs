@@ -25,10 +25,11 @@ use circus_core::{BlockIdx, ClientId};
 pub(crate) const REFRESH_SENDS: u32 = 64;
 
 /// At most this many readers that lack a block are looked at: the nearest
-/// behind it, which are nearly always the first to arrive. Every block that
-/// goes idle is keyed, so this bounds the cost per send. (Readers that have
-/// passed the block since the snapshot are skipped first: counting them
-/// would leave a block the whole group still needs looking unneeded.)
+/// behind it, which are nearly always the first to arrive. Readers that
+/// have passed the block since the snapshot are skipped first, at one
+/// lookup each (counting them would leave a block the whole group still
+/// needs looking unneeded), so keying a block costs at most one lookup per
+/// reader of its file.
 const NEAREST: usize = 8;
 
 /// Rate assumed for a reader not measured yet when no reader of its file

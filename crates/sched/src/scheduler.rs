@@ -424,16 +424,18 @@ impl Scheduler {
         let mut departed = std::mem::take(&mut self.scratch);
         file.region.extend_to(b, cap, |d| departed.push(d));
         file.entered[b as usize] = self.cache.next_stamp();
-        let order = self.policy.idle_order();
-        for d in departed.drain(..) {
+        for &d in &departed {
+            let file = &self.files[&file_id];
             if file.evict_key[d as usize] != 0 && file.needers[d as usize] == 0 {
-                // Idle and keyed as a region block: re-key as outside.
-                let key = self.cache.idle_key(order);
-                file.evict_key[d as usize] = key;
+                // Idle and keyed as a region block: re-key as outside, by
+                // when a plain download reads it (C14) or by recency.
+                let key = self.plain_key(file_id, d);
+                self.files.get_mut(&file_id).expect("file present").evict_key[d as usize] = key;
                 self.cache.forget_one();
                 self.cache.push(key, file_id, d);
             }
         }
+        departed.clear();
         self.scratch = departed;
     }
 

@@ -645,3 +645,28 @@ fn c16_a_native_client_takes_what_a_plain_download_brings_in_any_order() {
     // 448 of the 512 blocks again).
     assert!(reads <= 650, "{reads} reads for two downloads of 512 blocks");
 }
+
+#[test]
+fn c15_a_download_that_has_picked_its_last_block_paces_nobody() {
+    // Client 1 has picked its last four blocks and not sent them yet (its
+    // position wraps to the start of the file); client 2 resumes at block
+    // 40 of 128, a window and more past the start with room for 64 blocks.
+    let cfg = SchedConfig {
+        queue_len: 4,
+        cache_bytes: 64 * B,
+        active_len: 32 * B,
+        favor: Favor::Storage,
+        ..cfg(PolicyKind::Circus)
+    };
+    let mut d = Driver::new(cfg);
+    d.in_order_joins = true;
+    let mut tail = BlockSet::full(128);
+    (124..128).for_each(|b| _ = tail.remove(b));
+    d.join(1, 1, 128 * B, Some(tail));
+    let mut head = BlockSet::new(128);
+    (0..40).for_each(|b| _ = head.insert(b));
+    d.join(2, 1, 128 * B, Some(head));
+    assert!(reads(&d).contains(&40), "client 2 waits for a download with nothing left to read: {:?}", reads(&d));
+    d.drain();
+    assert_eq!(d.completed.len(), 2);
+}

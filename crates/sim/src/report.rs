@@ -28,8 +28,10 @@ pub struct SimReport {
     /// file was read to serve everybody.
     pub amplification: f64,
     /// For a cohort of plain (in-order) downloads only: the fewest times
-    /// any cache of this size could have read the file for them, given when
-    /// each started and its rate (see [`crate::bound`]).
+    /// any cache of this size could have read the file for them had each
+    /// gone at its link rate from when it started (see [`crate::bound`]).
+    /// Queueing at the disk or the server link shifts when clients read,
+    /// as pacing would, so a run can come in a little below it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub amplification_bound: Option<f64>,
     /// The share of downloads that were plain HTTP.

@@ -48,12 +48,18 @@ impl Scheduler {
         }
         let (window, me) = (self.pacing_window(), &self.clients[&id]);
         let now = self.now;
+        let window = u64::from(window);
         file.clients.iter().filter(|&&c| c != id).filter_map(|c| self.clients.get(c)).any(|other| {
+            // One that has picked its last block has wrapped its cursor to
+            // the start, and one that holds `b` (a resume with holes) never
+            // reads it: neither is behind.
             other.in_order
                 && !other.parked
+                && !other.all_picked()
+                && !other.have.contains(b)
                 && other.cursor < me.cursor
-                && me.cursor - other.cursor < 2 * window
-                && b - other.cursor >= window
+                && u64::from(me.cursor - other.cursor) < 2 * window
+                && u64::from(b - other.cursor) >= window
                 && !self.stalled_plain(other, now)
         })
     }
