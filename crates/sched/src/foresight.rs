@@ -61,17 +61,14 @@ impl Foresight {
     /// taken to go as fast as the fastest measured one: a newcomer at the
     /// start of the file needs its first blocks soon.
     pub fn refresh(&mut self, now: Nanos, readers: impl Iterator<Item = (ClientId, BlockIdx, f64)>) {
-        self.readers.clear();
-        let mut fastest: f64 = 0.0;
-        for (client, cursor, rate) in readers {
-            fastest = fastest.max(rate);
-            self.readers.push(Reader { client, cursor, ns_per_byte: rate });
-        }
+        let measured: Vec<(ClientId, BlockIdx, f64)> = readers.collect();
+        let fastest = measured.iter().map(|r| r.2).fold(0.0, f64::max);
         let fallback = if fastest > 0.0 { fastest } else { DEFAULT_BYTES_PER_SEC };
-        for r in &mut self.readers {
-            let rate = if r.ns_per_byte > 0.0 { r.ns_per_byte } else { fallback };
-            r.ns_per_byte = 1e9 / rate;
-        }
+        self.readers.clear();
+        self.readers.extend(measured.into_iter().map(|(client, cursor, rate)| {
+            let rate = if rate > 0.0 { rate } else { fallback };
+            Reader { client, cursor, ns_per_byte: 1e9 / rate }
+        }));
         self.readers.sort_unstable_by_key(|r| (r.cursor, r.client));
         self.at = now;
         self.sends_since = 0;
@@ -81,8 +78,8 @@ impl Foresight {
         self.readers.is_empty()
     }
 
-    /// When block `b` (of `block_bytes` per block before it) will next be
-    /// read by a reader that lacks it (`lacks`), if any will.
+    /// When block `b` will next be read by a reader that lacks it
+    /// (`lacks`), if any will; every block before it is `block_bytes` long.
     pub fn next_use(&self, b: BlockIdx, block_bytes: u64, lacks: impl Fn(ClientId) -> bool) -> Option<Nanos> {
         let behind = self.readers.partition_point(|r| r.cursor <= b);
         self.readers[..behind]

@@ -14,10 +14,10 @@
 //! no longer shares and paces nobody: it reads on its own, and the group
 //! waits for it only once it has come closer. (The margin between one
 //! window and two absorbs the runs of C12, which move a download's
-//! position by up to `IN_ORDER_HIT_QUEUE` blocks at once.) A download whose socket took no block
-//! for `HOLD_STALL_NANOS` while it had one to send paces nobody either, so
-//! one stuck connection cannot stop the others; the slowest download is
-//! never paced, so the group always moves.
+//! position by up to `IN_ORDER_HIT_QUEUE` blocks at once.) A download whose
+//! socket took no block for `HOLD_STALL_NANOS` while it had one to send
+//! paces nobody either, so one stuck connection cannot stop the others; the
+//! slowest download is never paced, so the group always moves.
 
 use super::Scheduler;
 use crate::config::{Favor, HOLD_STALL_NANOS};
