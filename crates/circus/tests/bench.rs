@@ -23,6 +23,22 @@ fn skip_reason() -> Option<String> {
     None
 }
 
+/// Runs `circus bench ARGS --json --work DIR` and returns its report.
+fn bench_report(args: &[&str], dir: &Path) -> Value {
+    let run = Command::new(BIN)
+        .args(["bench"])
+        .args(args)
+        .arg("--json")
+        .arg("--work")
+        .arg(dir)
+        .env("CIRCUS_LOG", "warn")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "bench failed: {stderr}");
+    serde_json::from_slice(&run.stdout).unwrap()
+}
+
 #[test]
 fn bench_quick_measures_circus_and_nginx_on_the_same_disk_and_links() {
     if let Some(why) = skip_reason() {
@@ -82,16 +98,10 @@ fn bench_quick_measures_circus_and_nginx_on_the_same_disk_and_links() {
 #[test]
 fn bench_https_drives_circus_and_nginx_with_wrk_h2load_and_curl() {
     let dir = tempfile::tempdir().unwrap();
-    let run = Command::new(BIN)
-        .args(["bench", "https", "--file-size", "4MiB", "--clients", "3", "--seconds", "1", "--rounds", "2", "--json"])
-        .arg("--work")
-        .arg(dir.path())
-        .env("CIRCUS_LOG", "warn")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "bench failed: {stderr}");
-    let report: Value = serde_json::from_slice(&run.stdout).unwrap();
+    let report = bench_report(
+        &["https", "--file-size", "4MiB", "--clients", "3", "--seconds", "1", "--rounds", "2"],
+        dir.path(),
+    );
     let rows = report["rows"].as_array().unwrap();
     // Five loads, each: circus, nginx and their ratio.
     assert_eq!(rows.len(), 15, "{report}");
@@ -107,28 +117,10 @@ fn bench_https_drives_circus_and_nginx_with_wrk_h2load_and_curl() {
 #[test]
 fn bench_defaults_drives_circus_and_nginx_in_clear_over_every_size_and_protocol() {
     let dir = tempfile::tempdir().unwrap();
-    let run = Command::new(BIN)
-        .args([
-            "bench",
-            "defaults",
-            "--file-size",
-            "4MiB",
-            "--clients",
-            "3",
-            "--seconds",
-            "1",
-            "--rounds",
-            "1",
-            "--json",
-        ])
-        .arg("--work")
-        .arg(dir.path())
-        .env("CIRCUS_LOG", "warn")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "bench failed: {stderr}");
-    let report: Value = serde_json::from_slice(&run.stdout).unwrap();
+    let report = bench_report(
+        &["defaults", "--file-size", "4MiB", "--clients", "3", "--seconds", "1", "--rounds", "1"],
+        dir.path(),
+    );
     let rows = report["rows"].as_array().unwrap();
     // Eleven loads, each: circus, nginx and their ratio.
     assert_eq!(rows.len(), 33, "{report}");
@@ -164,16 +156,10 @@ fn bench_defaults_drives_circus_and_nginx_in_clear_over_every_size_and_protocol(
 #[test]
 fn bench_amplification_plain_reports_reads_beside_the_best_any_cache_could_do() {
     let dir = tempfile::tempdir().unwrap();
-    let run = Command::new(BIN)
-        .args(["bench", "amplification-plain", "--file-size", "64MiB", "--cache", "24MiB", "--clients", "4", "--json"])
-        .arg("--work")
-        .arg(dir.path())
-        .env("CIRCUS_LOG", "warn")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "bench failed: {stderr}");
-    let report: Value = serde_json::from_slice(&run.stdout).unwrap();
+    let report = bench_report(
+        &["amplification-plain", "--file-size", "64MiB", "--cache", "24MiB", "--clients", "4"],
+        dir.path(),
+    );
     let figure = |server: &str, name: &str| {
         let row = report["rows"].as_array().unwrap().iter().find(|r| r["server"] == server).unwrap();
         let figures = row["figures"].as_array().unwrap();

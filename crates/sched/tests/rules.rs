@@ -529,6 +529,17 @@ fn run_plain_with(cfg: SchedConfig, n: u32, clients: &[(u64, usize, u64)]) -> (u
     (d.reads, finished)
 }
 
+/// Room for `cache_blocks`, favoring storage (C13, C15).
+fn storage_cfg(cache_blocks: u64) -> SchedConfig {
+    SchedConfig {
+        queue_len: 4,
+        cache_bytes: cache_blocks * B,
+        active_len: cache_blocks * B / 2,
+        favor: Favor::Storage,
+        ..cfg(PolicyKind::Circus)
+    }
+}
+
 fn run_plain(policy: PolicyKind, n: u32, cache_blocks: u64, clients: &[(u64, usize, u64)]) -> u64 {
     let cfg =
         SchedConfig { queue_len: 4, cache_bytes: cache_blocks * B, active_len: cache_blocks * B / 2, ..cfg(policy) };
@@ -585,14 +596,7 @@ fn c15_a_download_further_behind_than_memory_paces_nobody() {
     // Client 2 joins 100 rounds after client 1, same speed, with room for
     // 64 blocks (a window of 32): the blocks it needs are gone, and holding
     // client 1 back would not bring them back.
-    let cfg = SchedConfig {
-        queue_len: 4,
-        cache_bytes: 64 * B,
-        active_len: 32 * B,
-        favor: Favor::Storage,
-        ..cfg(PolicyKind::Circus)
-    };
-    let (_, finished) = run_plain_with(cfg, 256, &[(1, 1, 0), (2, 1, 100)]);
+    let (_, finished) = run_plain_with(storage_cfg(64), 256, &[(1, 1, 0), (2, 1, 100)]);
     assert!(finished[0] <= 260, "client 1 done in round {}", finished[0]);
 }
 
@@ -651,14 +655,7 @@ fn c15_a_download_that_has_picked_its_last_block_paces_nobody() {
     // Client 1 has picked its last four blocks and not sent them yet (its
     // position wraps to the start of the file); client 2 resumes at block
     // 40 of 128, a window and more past the start with room for 64 blocks.
-    let cfg = SchedConfig {
-        queue_len: 4,
-        cache_bytes: 64 * B,
-        active_len: 32 * B,
-        favor: Favor::Storage,
-        ..cfg(PolicyKind::Circus)
-    };
-    let mut d = Driver::new(cfg);
+    let mut d = Driver::new(storage_cfg(64));
     d.in_order_joins = true;
     let mut tail = BlockSet::full(128);
     (124..128).for_each(|b| _ = tail.remove(b));
@@ -667,6 +664,28 @@ fn c15_a_download_that_has_picked_its_last_block_paces_nobody() {
     (0..40).for_each(|b| _ = head.insert(b));
     d.join(2, 1, 128 * B, Some(head));
     assert!(reads(&d).contains(&40), "client 2 waits for a download with nothing left to read: {:?}", reads(&d));
+    d.drain();
+    assert_eq!(d.completed.len(), 2);
+}
+
+#[test]
+fn c15_a_stalled_plain_download_stops_pacing_the_others_after_the_stall_time() {
+    // Client 1 takes a few blocks and then its socket stops; client 2
+    // would read past the window ahead of it and waits, until a Tick finds
+    // client 1 stalled (a block in memory to send, none sent for
+    // HOLD_STALL_NANOS).
+    let mut d = Driver::new(storage_cfg(64));
+    d.in_order_joins = true;
+    d.join(1, 1, 256 * B, None);
+    d.join(2, 1, 256 * B, None);
+    send_only(&mut d, 1, 4);
+    send_only(&mut d, 2, 256);
+    let held = d.got[&ClientId(2)].len();
+    assert!((32..100).contains(&held), "client 2 sent {held} blocks while client 1 still counted");
+    d.now += HOLD_STALL_NANOS + 1;
+    d.event(Event::Tick);
+    send_only(&mut d, 2, 256);
+    assert!(d.completed.contains(&ClientId(2)), "client 2 sent {} blocks", d.got[&ClientId(2)].len());
     d.drain();
     assert_eq!(d.completed.len(), 2);
 }

@@ -141,3 +141,17 @@ impl SimConfig {
         self.measure_secs.unwrap_or_else(|| 2.0 * self.slowest_ideal_secs())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plain_share_outside_zero_to_one_is_refused() {
+        for bad in [-0.1, 1.5, f64::NAN] {
+            let cfg = SimConfig { plain_share: bad, ..SimConfig::default() };
+            assert!(matches!(cfg.validate(), Err(SimConfigError::PlainShare(_))), "{bad} accepted");
+        }
+        assert!(SimConfig { plain_share: 1.0, ..SimConfig::default() }.validate().is_ok());
+    }
+}
