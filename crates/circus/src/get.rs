@@ -113,7 +113,15 @@ fn run(args: GetArgs) -> Result<Report, GetError> {
             let client = circus_client::https_client(opts.timeout, opts.ca_file.as_deref())?;
             circus_client::download_to_writer(&client, &opts, &progress, std::io::stdout()).await
         } else {
-            circus_client::download(&opts, &progress).await
+            // Ctrl-C saves the progress (the part file is synced and the
+            // state written) before the process exits with 130.
+            let client = circus_client::https_client(opts.timeout, opts.ca_file.as_deref())?;
+            let ctrl_c = async {
+                if tokio::signal::ctrl_c().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            };
+            circus_client::download_until(&client, &opts, &progress, ctrl_c).await
         }
     })
 }

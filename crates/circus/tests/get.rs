@@ -188,3 +188,44 @@ fn get_to_stdout_writes_only_verified_bytes() {
     assert!(run.stdout.is_empty());
     assert!(names(cwd.path()).is_empty(), "{:?}", names(cwd.path()));
 }
+
+#[test]
+fn ctrl_c_saves_the_progress_exits_130_and_the_next_run_resumes() {
+    let served = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..8_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    std::fs::write(served.path().join("f.bin"), &data).unwrap();
+    let server = common::serve(&[served.path().to_str().unwrap()]);
+    let out = tempfile::tempdir().unwrap();
+    let path = out.path().join("f.bin");
+    let url = format!("http://{}/f.bin", server.addr);
+    // 8 MB at 2 MiB/s: about 4 s, interrupted after 1.5 s.
+    let mut child = Running(
+        Command::new(BIN)
+            .args(["get", "--limit-rate", "2MiB", &url, "-o", path.to_str().unwrap()])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let killed = Command::new("kill").args(["-INT", &child.0.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "circus get ignored Ctrl-C");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(130), "{status:?}: {stderr}");
+    assert!(stderr.contains("interrupted") && stderr.contains("resumes"), "{stderr}");
+    assert_eq!(names(out.path()), ["f.bin.circus-part", "f.bin.circus-state"]);
+
+    let (code, stderr) = get(&[&url, "-o", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("resumed after"), "{stderr}");
+    assert_eq!(std::fs::read(&path).unwrap(), data);
+    assert_eq!(names(out.path()), ["f.bin"]);
+}

@@ -12,7 +12,8 @@ Exit codes:
   2  network or server failure after the retries; run the same command later, it resumes
   3  integrity failure: the data did not match its digest, or blocks failed verification on every try
   4  the server answered an HTTP error status (4xx/5xx); the message has the status and the server's reason
-  5  the server broke the circus protocol (an invalid manifest); retrying does not help, --plain may";
+  5  the server broke the circus protocol (an invalid manifest); retrying does not help, --plain may
+130  interrupted (Ctrl-C): what arrived is kept; run the same command again, it resumes";
 
 /// Why a download failed. Each variant says whose fault it is and whether
 /// running the same download again may succeed ([`GetError::retry_may_help`]).
@@ -59,6 +60,11 @@ pub enum GetError {
     /// (retrying does not help); a 5xx the server's (retrying later may).
     #[error("the server answered {status}{}", if message.is_empty() { String::new() } else { format!(": {message}") })]
     Status { status: StatusCode, message: String },
+    /// The caller cancelled the download ([`crate::download_until`]: Ctrl-C,
+    /// an exception in a Python progress callback). What was verified is
+    /// kept for the next run.
+    #[error("the download was interrupted")]
+    Cancelled,
 }
 
 impl GetError {
@@ -74,6 +80,7 @@ impl GetError {
             GetError::Integrity { .. } => 3,
             GetError::Status { .. } => 4,
             GetError::InvalidManifest { .. } => 5,
+            GetError::Cancelled => 130,
         }
     }
 
@@ -81,7 +88,9 @@ impl GetError {
     pub fn retry_may_help(&self) -> bool {
         match self {
             GetError::Usage(_) | GetError::InvalidManifest { .. } => false,
-            GetError::Local { .. } | GetError::Network { .. } | GetError::Integrity { .. } => true,
+            GetError::Local { .. } | GetError::Network { .. } | GetError::Integrity { .. } | GetError::Cancelled => {
+                true
+            }
             GetError::Status { status, .. } => status.is_server_error() || *status == StatusCode::TOO_MANY_REQUESTS,
         }
     }
@@ -103,6 +112,7 @@ impl GetError {
             GetError::Status { status, .. } if *status == StatusCode::NOT_FOUND => "check the URL",
             GetError::Status { status, .. } if status.is_server_error() => "the server failed; try again later",
             GetError::Status { .. } => "check the URL, or ask the server's operator",
+            GetError::Cancelled => "run the same command again: it resumes where it stopped",
         }
     }
 }
@@ -125,10 +135,11 @@ mod tests {
                 },
                 5,
             ),
+            (GetError::Cancelled, 130),
         ];
         for (e, code) in cases {
             assert_eq!(e.exit_code(), code, "{e}");
-            assert!(EXIT_CODES.contains(&format!("  {code}  ")), "{code} undocumented");
+            assert!(EXIT_CODES.contains(&format!("{code:>3}  ")), "{code} undocumented");
         }
     }
 

@@ -31,6 +31,7 @@
 //! | 3 | integrity failure ([`GetError::Integrity`]): digest mismatch, or blocks bad on every try |
 //! | 4 | HTTP error status ([`GetError::Status`]), with the server's reason |
 //! | 5 | the server broke the protocol ([`GetError::InvalidManifest`]); `--plain` may work |
+//! | 130 | interrupted ([`GetError::Cancelled`]); run again to resume |
 //!
 //! ```no_run
 //! use circus_client::{GetOptions, Mode, download};
@@ -44,9 +45,11 @@
 //! ```
 //!
 //! Many downloads in one process (a benchmark) share one [`HttpClient`]
-//! through [`download_with`]. [`download_to_writer`] sends the verified file
-//! to a writer (`circus get -o -`: stdout); [`default_output`] is the name
-//! `circus get` saves under when given none.
+//! through [`download_with`]; [`download_until`] also takes a future that
+//! cancels the download (Ctrl-C), keeping its progress.
+//! [`download_to_writer`] sends the verified file to a writer (`circus get
+//! -o -`: stdout); [`default_output`] is the name `circus get` saves under
+//! when given none.
 
 mod digest;
 mod error;
@@ -185,5 +188,30 @@ pub async fn download_with(
     opts: &GetOptions,
     progress: &dyn ProgressSink,
 ) -> Result<Report, GetError> {
-    session::download(client, opts, progress).await
+    session::download(client, opts, progress, std::future::pending()).await
+}
+
+/// Downloads with a shared client until done or until `cancelled` resolves,
+/// whichever comes first. A cancelled download fails with
+/// [`GetError::Cancelled`] after saving its progress and closing its part
+/// file, so the same download may start again at once and resume.
+///
+/// ```no_run
+/// # async fn run(client: circus_client::HttpClient, opts: circus_client::GetOptions) {
+/// let ctrl_c = async {
+///     let _ = tokio::signal::ctrl_c().await;
+/// };
+/// match circus_client::download_until(&client, &opts, &(), ctrl_c).await {
+///     Err(circus_client::GetError::Cancelled) => eprintln!("interrupted; run again to resume"),
+///     other => println!("{other:?}"),
+/// }
+/// # }
+/// ```
+pub async fn download_until(
+    client: &HttpClient,
+    opts: &GetOptions,
+    progress: &dyn ProgressSink,
+    cancelled: impl Future<Output = ()>,
+) -> Result<Report, GetError> {
+    session::download(client, opts, progress, cancelled).await
 }

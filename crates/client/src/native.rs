@@ -159,16 +159,20 @@ async fn accept_manifest(job: &mut Job<'_>, m: &Manifest, repr: Option<crate::Sh
 
 async fn store(job: &mut Job<'_>, block: VerifiedBlock, fail: &mut Failure) -> Result<(), GetError> {
     let Progress::Native(n) = &mut job.state.progress else { unreachable!("a manifest was accepted") };
-    // Marked before the write is queued: the writer runs commands in order,
-    // so any checkpoint that records it comes after the write; if the write
-    // fails, the writer is dead and no checkpoint follows.
-    if !n.have.insert(block.index()) {
+    let index = block.index();
+    if n.have.contains(index) {
         job.report.blocks_duplicate += 1;
         return Ok(());
     }
     let (offset, data) = (block.offset(), block.into_block().data);
     let len = data.len() as u64;
     job.writer.write(offset, data).await?;
+    // Marked once the write is queued, with no await between: the writer
+    // runs commands in order, so any checkpoint that records the block comes
+    // after its write, and a download cancelled while the queue was full
+    // does not record a block it never wrote. If the write fails, the writer
+    // is dead and no checkpoint follows.
+    n.have.insert(index);
     job.report.blocks_received += 1;
     fail.progressed = true;
     job.written(1, len).await

@@ -104,11 +104,17 @@ impl Job<'_> {
     }
 }
 
+/// Downloads, verifies and installs `opts.url`, unless `cancelled` resolves
+/// first. A cancel is taken while data is being fetched (or a retry waited
+/// for); it ends the download as a failure would, keeping what was verified.
+/// The whole-file check and the rename, once begun, are seen through.
 pub(crate) async fn download(
     client: &HttpClient,
     opts: &GetOptions,
     progress: &dyn ProgressSink,
+    cancelled: impl Future<Output = ()>,
 ) -> Result<Report, GetError> {
+    let mut cancelled = std::pin::pin!(cancelled);
     let started = Instant::now();
     let uri = fetch::parse_url(&opts.url)?;
     if opts.output.is_dir() {
@@ -142,7 +148,14 @@ pub(crate) async fn download(
     // a second failure is not the disk's doing.
     let mut refetched = false;
     let result = loop {
-        if let Err(e) = run(&mut job).await {
+        // Every await in `run` may be abandoned: progress is recorded only
+        // after the write it describes is queued, so a checkpoint never
+        // claims data the writer was not given.
+        let fetched = tokio::select! {
+            r = run(&mut job) => r,
+            () = &mut cancelled => Err(GetError::Cancelled),
+        };
+        if let Err(e) = fetched {
             break Err(stop(&mut job, e).await);
         }
         match check(&mut job).await {

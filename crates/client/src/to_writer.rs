@@ -27,7 +27,7 @@ pub async fn download_to_writer(
     let dir = TempDir::create()?;
     let file = dir.0.join("download");
     let opts = GetOptions { output: file.clone(), ..opts.clone() };
-    let mut report = session::download(client, &opts, progress).await?;
+    let mut report = session::download(client, &opts, progress, std::future::pending()).await?;
     progress.status("writing to stdout");
     tokio::task::spawn_blocking(move || {
         let mut f = std::fs::File::open(&file).map_err(|e| GetError::local("read", &file, e))?;
