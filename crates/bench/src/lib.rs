@@ -6,7 +6,7 @@
 //! returns a [`Report`] that prints as JSON or as a table. Every run is
 //! bounded in time and cleans up its processes and files.
 //!
-//! Scenarios so far (issue 3's targets):
+//! Scenarios:
 //! - `amplification`: 50 throttled native clients of mixed speeds download
 //!   one file together; storage bytes read over the file size, for the
 //!   circus and sequential policies.
@@ -14,21 +14,23 @@
 //!   `amplification-segmented`: the same question for curl downloads (in
 //!   order, at 15-60 MB/s), all of them or half beside native clients, with
 //!   the fewest reads any cache could have done; and for aria2c's 16
-//!   parallel ranges per client.
+//!   parallel ranges per client. `amplification-curl`: `amplification`'s
+//!   crowd, every client curl, with nginx (its page cache bounded to the
+//!   same budget by a memory cgroup) as the reference.
 //! - `hot`: 50 concurrent downloads of a file already in memory, circus
 //!   against nginx (sendfile), with the same client program (curl).
 //! - `lava`: 1 KiB and 10 KiB resident objects at the highest rate, the
-//!   origin tier against nginx (issue 5).
+//!   origin tier against nginx.
 //! - `origin`: a crowd missing one large origin object; origin bytes over
-//!   the object size (issue 5).
+//!   the object size.
 //! - `origin-amplification`: `amplification`'s crowd through an origin
 //!   tier once it knows the object's tree (native, out of order); origin
-//!   bytes over the object size (issue 5).
+//!   bytes over the object size.
 //! - `boot`: Lava's boot scenario, scaled: clients arriving over a window
-//!   each fetch their own set of small objects; boot latency (issue 5).
+//!   each fetch their own set of small objects; boot latency.
 //! - `wpb`: a Wisconsin Proxy Benchmark-style cold phase and a phase with
 //!   recency-weighted repeats against a delayed origin, the circus tier,
-//!   Varnish and Squid in turn (issue 5); `wpb-modem`: the same behind
+//!   Varnish and Squid in turn; `wpb-modem`: the same behind
 //!   28.8 kbit/s client links.
 //! - `slow`: thousands of connections that request a file and then read
 //!   nothing; server memory per connection beyond the cache budget.
@@ -37,7 +39,7 @@
 //!   throughput against a quiet run, small-request p99, memory; circus and
 //!   nginx.
 //!
-//! The paper's experiments (issue 4), in [`experiment`] with the scenarios
+//! The paper's experiments, in [`experiment`] with the scenarios
 //! in [`scenarios`]: every server of a comparison reads through one emulated
 //! disk ([`fusedisk`], a FUSE mount over the pure [`disk`] model) and sends
 //! over the same emulated links ([`netem`]: netns, veth, HTB per client).
@@ -55,6 +57,7 @@ mod hot;
 mod https;
 mod lava;
 pub mod loadgen;
+mod memcg;
 mod native_client;
 pub mod netem;
 mod origin;
@@ -139,6 +142,7 @@ pub async fn run(name: &str, opts: &BenchOptions, log: &mut (dyn FnMut(&str) + S
         "amplification-plain" => plain_crowd::run(opts, plain_crowd::Crowd::Plain, log).await,
         "amplification-mixed" => plain_crowd::run(opts, plain_crowd::Crowd::Mixed, log).await,
         "amplification-segmented" => plain_crowd::run(opts, plain_crowd::Crowd::Segmented, log).await,
+        "amplification-curl" => plain_crowd::run(opts, plain_crowd::Crowd::Large, log).await,
         "hot" => hot::run(opts, log).await,
         "https" => https::run(opts, log).await,
         "defaults" => defaults::run(opts, log).await,
@@ -149,7 +153,7 @@ pub async fn run(name: &str, opts: &BenchOptions, log: &mut (dyn FnMut(&str) + S
         "wpb-modem" => wpb::run(opts, wpb::Variant::Modem, log).await,
         "boot" => boot::run(opts, log).await,
         other => Err(BenchError::Setup(format!(
-            "unknown scenario {other:?}: use abuse, amplification, amplification-plain, amplification-mixed, amplification-segmented, origin-amplification, hot, https, defaults, slow, lava, origin, wpb, wpb-modem, boot or one of {}",
+            "unknown scenario {other:?}: use abuse, amplification, amplification-plain, amplification-mixed, amplification-segmented, amplification-curl, origin-amplification, hot, https, defaults, slow, lava, origin, wpb, wpb-modem, boot or one of {}",
             scenarios::NAMES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
         ))),
     }

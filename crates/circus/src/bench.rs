@@ -21,6 +21,8 @@ pub struct BenchArgs {
     /// storage bytes read beside the best any cache could do),
     /// amplification-mixed (the same, half curl and half native),
     /// amplification-segmented (8 aria2c clients, -x16 -s16),
+    /// amplification-curl (amplification's crowd, every client curl, with
+    /// nginx under a memory cgroup as the reference),
     /// hot (50 downloads of a resident file, circus vs nginx),
     /// https (HTTPS vs nginx: 1 KiB and 1 MiB keep-alive and 1 KiB with a new
     /// TLS connection per request by wrk, h2 by h2load, 50 curl downloads
@@ -44,7 +46,7 @@ pub struct BenchArgs {
     /// The CI smoke run (the `quick` scenario, under 2 minutes).
     #[arg(long)]
     quick: bool,
-    /// Test file size (amplification, hot, https, defaults, slow: default 1GiB;
+    /// Test file size (amplification, amplification-curl, hot, https, defaults, slow: default 1GiB;
     /// amplification-plain, -mixed and -segmented: 200MiB; the paper's
     /// scenarios: overrides every point's).
     #[arg(long)]
@@ -171,7 +173,10 @@ pub fn main(args: BenchArgs) -> anyhow::Result<()> {
     let opts = circus_bench::BenchOptions {
         circus,
         work: args.work.clone(),
-        file_size: args.file_size.map_or(if name.starts_with("amplification-") { 200 << 20 } else { 1 << 30 }, |s| s.0),
+        file_size: args.file_size.map_or(
+            if name.starts_with("amplification-") && name != "amplification-curl" { 200 << 20 } else { 1 << 30 },
+            |s| s.0,
+        ),
         clients: args.clients.unwrap_or(default_clients),
         cache: args.cache.map_or(64 << 20, |c| c.0),
         seed: args.seed,

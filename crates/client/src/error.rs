@@ -98,16 +98,16 @@ impl GetError {
     /// What a person can do about it, for the one line the binary prints.
     pub fn hint(&self) -> &'static str {
         match self {
-            GetError::Usage(_) => "check the URL and the flags (circus get --help)",
+            GetError::Usage(_) => "check the URL and the options",
             GetError::Local { .. } => {
                 "check that the directory exists, is writable and has room, then run the same command again"
             }
             GetError::Network { .. } => "run the same command again later: it resumes where it stopped",
             GetError::Integrity { .. } => {
-                "check --expect-digest; if it is right, the server or the network corrupts data: tell the server's operator"
+                "check the expected digest; if it is right, the server or the network corrupts data: tell the server's operator"
             }
             GetError::InvalidManifest { .. } => {
-                "the server is not speaking the circus protocol correctly: tell its operator, or download with --plain"
+                "the server is not speaking the circus protocol correctly: tell its operator, or download in plain mode"
             }
             GetError::Status { status, .. } if *status == StatusCode::NOT_FOUND => "check the URL",
             GetError::Status { status, .. } if status.is_server_error() => "the server failed; try again later",

@@ -62,8 +62,11 @@ enum Cmd {
 pub(crate) struct Writer {
     tx: Option<mpsc::Sender<Cmd>>,
     part: PathBuf,
-    /// The thread's result, sent as it exits.
-    done: Option<oneshot::Receiver<Result<(), GetError>>>,
+    /// The thread's result, sent as it exits: the part file, still locked.
+    done: Option<oneshot::Receiver<Result<File, GetError>>>,
+    /// The part file once the thread has stopped: kept open, so the lock
+    /// holds through the check and the rename until the writer is dropped.
+    closed: Option<File>,
 }
 
 impl Writer {
@@ -87,11 +90,13 @@ impl Writer {
         .map_err(|e| GetError::local("open", &paths.part, std::io::Error::other(e)))?;
         let (file, len, locked) = opened.map_err(|e| GetError::local("create", &paths.part, e))?;
         if !locked {
-            return Err(GetError::Usage(format!(
-                "{} is being downloaded by another process (it holds {})",
-                paths.output.display(),
-                paths.part.display()
-            )));
+            // Another download (in this process or another) writes it: a
+            // local conflict that is over once that download ends.
+            let busy = std::io::Error::new(
+                std::io::ErrorKind::ResourceBusy,
+                format!("another download of {} holds it", paths.output.display()),
+            );
+            return Err(GetError::local("lock", &paths.part, busy));
         }
         let (tx, rx) = mpsc::channel(QUEUE);
         let paths = paths.clone();
@@ -107,7 +112,7 @@ impl Writer {
                 let _ = done_tx.send(run(file, &paths, rx));
             })
             .map_err(|e| GetError::local("start a writer thread for", part, e))?;
-        Ok((Self { tx: Some(tx), part: paths_part, done: Some(done) }, len))
+        Ok((Self { tx: Some(tx), part: paths_part, done: Some(done), closed: None }, len))
     }
 
     pub async fn write(&mut self, offset: u64, data: Bytes) -> Result<(), GetError> {
@@ -122,7 +127,8 @@ impl Writer {
         self.send(Cmd::Checkpoint(state)).await
     }
 
-    /// Waits for every queued command, then `fsync`s the part file.
+    /// Waits for every queued command, then `fsync`s the part file. The
+    /// file stays locked until the writer is dropped.
     pub async fn close(&mut self) -> Result<(), GetError> {
         self.tx = None;
         self.join().await
@@ -143,16 +149,16 @@ impl Writer {
     }
 
     async fn join(&mut self) -> Result<(), GetError> {
-        match self.done.take() {
-            Some(done) => done.await.unwrap_or_else(|_| {
-                Err(GetError::local("write", &self.part, std::io::Error::other("the writer thread panicked")))
-            }),
-            None => Ok(()),
-        }
+        let Some(done) = self.done.take() else { return Ok(()) };
+        let file = done.await.unwrap_or_else(|_| {
+            Err(GetError::local("write", &self.part, std::io::Error::other("the writer thread panicked")))
+        })?;
+        self.closed = Some(file);
+        Ok(())
     }
 }
 
-fn run(file: File, paths: &Paths, mut rx: mpsc::Receiver<Cmd>) -> Result<(), GetError> {
+fn run(file: File, paths: &Paths, mut rx: mpsc::Receiver<Cmd>) -> Result<File, GetError> {
     let part = |action, e| GetError::local(action, &paths.part, e);
     while let Some(cmd) = rx.blocking_recv() {
         match cmd {
@@ -170,7 +176,8 @@ fn run(file: File, paths: &Paths, mut rx: mpsc::Receiver<Cmd>) -> Result<(), Get
             }
         }
     }
-    file.sync_all().map_err(|e| part("sync", e))
+    file.sync_all().map_err(|e| part("sync", e))?;
+    Ok(file)
 }
 
 /// Moves the finished part file to the output path (atomically, replacing
@@ -250,8 +257,12 @@ mod tests {
         let paths = Paths::new(&dir.path().join("out"));
         let (mut first, _) = Writer::open(&paths).await.unwrap();
         let err = Writer::open(&paths).await.unwrap_err();
-        assert!(err.to_string().contains("another process"), "{err}");
+        assert!(err.to_string().contains("another download"), "{err}");
+        // Closed, the file stays locked through the check and the rename...
         first.close().await.unwrap();
+        assert!(Writer::open(&paths).await.is_err());
+        // ...until the download drops its writer.
+        drop(first);
         Writer::open(&paths).await.unwrap();
     }
 

@@ -117,8 +117,11 @@ pub(crate) async fn download(
     let mut cancelled = std::pin::pin!(cancelled);
     let started = Instant::now();
     let uri = fetch::parse_url(&opts.url)?;
+    if opts.output.as_os_str().is_empty() {
+        return Err(GetError::Usage("the output path is empty".into()));
+    }
     if opts.output.is_dir() {
-        return Err(GetError::Usage(format!("{} is a directory: give a file name with -o", opts.output.display())));
+        return Err(GetError::Usage(format!("{} is a directory, not a file name", opts.output.display())));
     }
     let paths = Paths::new(&opts.output);
     let (writer, part_len) = Writer::open(&paths).await?;
@@ -158,7 +161,18 @@ pub(crate) async fn download(
         if let Err(e) = fetched {
             break Err(stop(&mut job, e).await);
         }
-        match check(&mut job).await {
+        // Everything is in: record that (a cancel from here on leaves a
+        // state that says so, and the next run only checks), and close the
+        // part file, which stays locked until the download ends.
+        if let Err(e) = seal(&mut job).await {
+            break Err(e);
+        }
+        // Reading a large file back takes a while: a cancel stops it.
+        let checked = tokio::select! {
+            v = check(&mut job) => v,
+            () = &mut cancelled => Err(GetError::Cancelled),
+        };
+        match checked {
             Ok(Verdict::Good(sha256)) => break install(job, sha256).await,
             Ok(Verdict::Bad { reason, refetch }) => {
                 // Wrong content must not stay around looking like progress.
@@ -225,6 +239,12 @@ fn load_state(paths: &Paths, opts: &GetOptions, part_len: u64, progress: &dyn Pr
 async fn run(job: &mut Job<'_>) -> Result<(), GetError> {
     let mut streak = 0u32;
     let mut attempts = 0u32;
+    // The most data ever in place during this run. A try that starts over
+    // (a plain server with no validator to resume against) and gets no
+    // further than an earlier one made no progress, however many bytes it
+    // received: otherwise a body cut at the same place every time would be
+    // retried for ever.
+    let mut high_water = job.state.done_bytes();
     loop {
         attempts += 1;
         let native_ok = job.opts.mode == Mode::Auto && !matches!(job.state.progress, Progress::Plain(_));
@@ -246,7 +266,10 @@ async fn run(job: &mut Job<'_>) -> Result<(), GetError> {
         } else {
             job.checkpoint().await?;
         }
-        streak = if failure.progressed { 1 } else { streak + 1 };
+        let done = job.state.done_bytes();
+        let progressed = failure.progressed && done > high_water;
+        high_water = high_water.max(done);
+        streak = if progressed { 1 } else { streak + 1 };
         if streak > job.opts.retries {
             return Err(give_up(failure, attempts));
         }
@@ -299,6 +322,13 @@ async fn stop(job: &mut Job<'_>, e: GetError) -> GetError {
     e
 }
 
+/// Saves the state of a download whose data is all in place, then waits
+/// for the writer to sync and stop.
+async fn seal(job: &mut Job<'_>) -> Result<(), GetError> {
+    job.checkpoint().await?;
+    job.writer.close().await
+}
+
 /// The outcome of the whole-file check.
 enum Verdict {
     /// The data is right; its SHA-256 if one was computed.
@@ -312,11 +342,10 @@ enum Verdict {
 /// the manifest's root, and the file must match every SHA-256 known.
 /// Nothing else (a state file, a count of blocks) is taken as proof.
 async fn check(job: &mut Job<'_>) -> Result<Verdict, GetError> {
-    job.writer.close().await?;
     let opts = job.opts;
     let mut wanted: Vec<(&str, Sha256Digest)> = Vec::new();
     if let Some(d) = opts.expect_digest {
-        wanted.push(("--expect-digest", d));
+        wanted.push(("the expected digest", d));
     }
     if opts.verify_digest {
         if let Some(d) = job.state.repr_sha256 {

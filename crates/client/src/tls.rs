@@ -14,7 +14,7 @@ pub(crate) fn client_config(ca_file: Option<&Path>) -> Result<ClientConfig, GetE
     let mut roots = RootCertStore::empty();
     match ca_file {
         Some(path) => {
-            let bad = |why: String| GetError::Usage(format!("--cacert {}: {why}", path.display()));
+            let bad = |why: String| GetError::Usage(format!("CA file {}: {why}", path.display()));
             let certs = CertificateDer::pem_file_iter(path)
                 .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
                 .map_err(|e| bad(e.to_string()))?;

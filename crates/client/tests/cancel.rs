@@ -60,6 +60,7 @@ async fn cancel_then_resume(mode: Mode) {
     let report = download(&again, &()).await.unwrap();
     assert_eq!(std::fs::read(&out).unwrap(), want);
     assert!(report.resumed_bytes >= (1 << 20), "{report:?}");
+    assert_eq!(report.restarts, 0, "what the state file claimed was on disk: {report:?}");
     if mode == Mode::Auto {
         assert!((report.blocks_received as usize) < want.len().div_ceil(BLOCK), "{report:?}");
     }
@@ -85,4 +86,21 @@ async fn a_download_cancelled_before_any_data_leaves_nothing_behind() {
     assert!(matches!(err, GetError::Cancelled), "{err}");
     assert!(!out.exists());
     assert!(litter(&out).is_empty(), "{:?}", litter(&out));
+}
+
+#[tokio::test]
+async fn a_second_download_to_the_same_path_is_refused_while_the_first_runs() {
+    let f = Fixture::start().await;
+    let out = f.out("big.bin");
+    let client = http_client(Duration::from_secs(10));
+    let first = {
+        let (client, o) = (client.clone(), opts(f.url("big.bin"), &out, Mode::Auto));
+        tokio::spawn(async move { circus_client::download_with(&client, &o, &()).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let err = download(&opts(f.url("big.bin"), &out, Mode::Auto), &()).await.unwrap_err();
+    assert!(matches!(err, GetError::Local { action: "lock", .. }), "{err}");
+    assert!(err.retry_may_help(), "{err}");
+    first.await.unwrap().unwrap();
+    assert_eq!(std::fs::read(&out).unwrap(), f.served("big.bin"));
 }

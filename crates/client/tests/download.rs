@@ -191,7 +191,7 @@ async fn expect_digest_mismatch_is_an_integrity_error() {
     let err = download(&o, &()).await.unwrap_err();
     assert!(matches!(err, GetError::Integrity { .. }), "{err}");
     assert_eq!(err.exit_code(), 3);
-    assert!(err.to_string().contains("--expect-digest"), "{err}");
+    assert!(err.to_string().contains("the expected digest"), "{err}");
     assert!(!out.exists());
     assert!(litter(&out).is_empty(), "wrong content is not kept: {:?}", litter(&out));
     // The right digest passes.

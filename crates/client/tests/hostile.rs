@@ -129,3 +129,27 @@ async fn service_unavailable_on_every_try_reports_the_status() {
     assert_eq!(requests.lock().unwrap().len(), 3, "the first try and two retries");
     assert!(litter(&out).is_empty());
 }
+
+#[tokio::test]
+async fn a_body_cut_at_the_same_place_on_every_try_without_validators_gives_up() {
+    // No ETag or Last-Modified: every try starts again from byte 0 and gets
+    // as far as the last one did. That is no progress, so the retries run out.
+    let (addr, requests) = raw::serve(|_, _| {
+        let mut r = Reply::close("200 OK", &["content-length: 1000000"], &[7u8; 300_000]);
+        // Close after the partial body: shorter than announced.
+        r.hold = false;
+        r
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("f");
+    let mut o = opts(format!("http://{addr}/f"), &out);
+    o.retries = 2;
+    let started = Instant::now();
+    let err =
+        tokio::time::timeout(Duration::from_secs(20), download(&o, &())).await.expect("gave up in time").unwrap_err();
+    assert!(matches!(err, GetError::Network { .. }), "{err}");
+    let tries = requests.lock().unwrap().len();
+    assert!(tries <= 4, "{tries} tries for retries = 2");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}

@@ -18,25 +18,8 @@ use std::{
 /// callback's rate, and how late Ctrl-C may be noticed.
 pub const POLL: Duration = Duration::from_millis(100);
 
-/// Downloads `url` to `path` and returns a `Report` once the file is
-/// complete, verified and in place. Blocks the calling thread, not others:
-/// the GIL is released while the download runs.
-///
-/// `progress(done, total)` is called on this thread at most every 0.1 s
-/// while bytes arrive, and once at the end; `total` is None when the server
-/// does not say. An exception it raises, or Ctrl-C, stops the download and
-/// is raised here; what arrived is kept, and the same call later resumes.
-///
-/// `plain`: plain HTTP only, even from a circus server. `retries`: failed
-/// attempts in a row without progress before giving up. `timeout`: seconds
-/// of silence before an attempt fails. `limit_rate`: bytes per second.
-/// `sha256`: the file's digest as you know it (hex, `sha256:HEX` or
-/// `sha-256=:BASE64:`), always checked. `verify`: also check the digests the
-/// server sends. `ca_file`: for https, trust only these CA certificates
-/// (PEM). `headers`: sent with every request (an Authorization).
-///
-/// Raises `circus_client.CircusError` subclasses: UsageError, LocalError,
-/// NetworkError, IntegrityError, HTTPStatusError, ProtocolError.
+/// The download behind `circus_client.download` (python/circus_client),
+/// which checks and documents the arguments.
 #[pyfunction]
 #[pyo3(signature = (
     url, path, *, progress=None, plain=false, retries=5, timeout=30.0, limit_rate=None,
@@ -100,8 +83,13 @@ pub fn download(
         if let Err(raised) = py.check_signals().and_then(|()| counters.show(progress.as_ref(), &mut shown)) {
             let _ = cancel.send(());
             // Wait for the download to save its progress and close its part
-            // file, so the same call may start again at once.
-            let _ = py.detach(|| runtime.block_on(&mut task));
+            // file, so the same call may start again at once. (If it had
+            // already finished, the file is in place; the exception is
+            // raised all the same.)
+            py.detach(|| {
+                let _ = runtime.block_on(&mut task);
+                drop(runtime);
+            });
             return Err(raised);
         }
     };

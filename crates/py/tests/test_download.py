@@ -71,6 +71,9 @@ def test_an_exception_in_the_progress_callback_stops_the_download_and_the_next_c
     report = circus_client.download(served.url(BIG), out)
     assert sha256_of(out) == served.sha256[BIG]
     assert report.resumed_bytes >= 4 << 20, report
+    # What the state file claimed was on disk: no start-over, only the rest fetched.
+    assert report.restarts == 0, report
+    assert report.blocks_received * (64 << 10) < report.bytes - (4 << 20), report
     assert leftovers(out) == []
 
 
@@ -87,6 +90,7 @@ def test_ctrl_c_stops_the_download_keeps_its_progress_and_raises_keyboard_interr
     assert leftovers(out) == ["out.circus-part", "out.circus-state"]
     report = circus_client.download(served.url(BIG), out)
     assert report.resumed_bytes > 0 and sha256_of(out) == served.sha256[BIG]
+    assert report.restarts == 0, report
 
 
 def test_other_threads_run_while_a_download_runs(served, out):
@@ -160,16 +164,62 @@ def test_a_refused_connection_is_a_network_error(out):
         {"timeout": 0},
         {"timeout": float("nan")},
         {"limit_rate": 0},
+        {"limit_rate": -1},
+        {"limit_rate": 1 << 64},
+        {"retries": -1},
         {"sha256": "not a digest"},
         {"headers": {"Bad Name": "x"}},
+        {"headers": {"X-Injected": "a\r\nb: c"}},
     ],
 )
 def test_arguments_that_can_never_work_are_usage_errors(served, out, kwargs):
     with pytest.raises(circus_client.UsageError) as raised:
         circus_client.download(served.url(BIG), out, **kwargs)
     assert isinstance(raised.value, ValueError)
-    assert raised.value.exit_code == 1
+    assert (raised.value.exit_code, raised.value.retry_may_help) == (1, False)
+    assert raised.value.hint
     assert not out.exists() and leftovers(out) == []
+
+
+def test_an_empty_path_is_a_usage_error_and_writes_nothing(served, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(circus_client.UsageError):
+        circus_client.download(served.url("small.txt"), "")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_progress_that_is_not_callable_is_refused_before_anything_starts(served, out):
+    with pytest.raises(TypeError):
+        circus_client.download(served.url("small.txt"), out, progress=5)
+    assert not out.exists() and leftovers(out) == []
+
+
+def test_bytes_paths_and_any_mapping_of_headers_are_taken(served, tmp_path):
+    import types
+
+    out = os.fsencode(tmp_path / "bytes-out")
+    report = circus_client.download(served.url("small.txt"), out, headers=types.MappingProxyType({"X-A": "1"}))
+    assert sha256_of(out) == served.sha256["small.txt"] and report.bytes == 1000
+
+
+def test_a_second_download_to_the_same_path_meanwhile_is_a_local_error(served, out):
+    first = {}
+
+    def run():
+        first["report"] = circus_client.download(served.url(BIG), out, limit_rate=32 << 20)
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(0.3)
+    try:
+        with pytest.raises(circus_client.LocalError) as raised:
+            circus_client.download(served.url(BIG), out)
+    finally:
+        t.join(timeout=30)
+    assert isinstance(raised.value, OSError) and raised.value.retry_may_help
+    assert "another download" in str(raised.value)
+    assert first["report"].bytes == os.path.getsize(served.dir / BIG)
+    assert sha256_of(out) == served.sha256[BIG]
 
 
 def test_a_bad_url_is_a_usage_error(out):

@@ -1,6 +1,5 @@
-import os
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Union
+from typing import Callable, Dict, Optional
 
 class Report:
     path: Path
@@ -16,9 +15,10 @@ class Report:
     sha256: Optional[str]
     elapsed: float
 
+# Called by circus_client.download, which checks and documents the arguments.
 def download(
     url: str,
-    path: Union[str, "os.PathLike[str]"],
+    path: str,
     *,
     progress: Optional[Callable[[int, Optional[int]], object]] = None,
     plain: bool = False,
@@ -27,6 +27,6 @@ def download(
     limit_rate: Optional[int] = None,
     sha256: Optional[str] = None,
     verify: bool = True,
-    ca_file: Optional[Union[str, "os.PathLike[str]"]] = None,
-    headers: Optional[Mapping[str, str]] = None,
+    ca_file: Optional[str] = None,
+    headers: Optional[Dict[str, str]] = None,
 ) -> Report: ...
