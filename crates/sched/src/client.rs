@@ -28,6 +28,10 @@ pub(crate) struct ClientState {
     pub delivered: u32,
     /// Where this client's own scan resumes (sequential and private reads).
     pub cursor: BlockIdx,
+    /// The first block it lacked when it joined: where its range (or its
+    /// resume) began. Plain downloads that began at the same block read
+    /// as one group (C15).
+    pub start: BlockIdx,
     pub role: Role,
     /// Must receive its blocks in file order (a plain HTTP download).
     pub in_order: bool,
@@ -57,6 +61,7 @@ impl ClientState {
             queue: Vec::with_capacity(queue_len as usize),
             delivered,
             cursor,
+            start: cursor,
             role: Role::Follower,
             in_order,
             rate: RateMeter::new(now),

@@ -600,6 +600,51 @@ fn c15_a_download_further_behind_than_memory_paces_nobody() {
     assert!(finished[0] <= 260, "client 1 done in round {}", finished[0]);
 }
 
+#[test]
+fn c15_ranges_of_one_file_share_the_window() {
+    // Segmented downloaders (aria2c -s8): a file of 2048 blocks in eight
+    // ranges of 256, each range read in order by a fast and a slow
+    // connection (3:1), with room for 256 blocks. The eight ranges' spans
+    // are all in memory at once, so each may only be an eighth of the
+    // window; a window per range lets each span grow to half the cache and
+    // blocks are read again.
+    let (n, ranges) = (2048u32, 8u32);
+    let len = n / ranges;
+    let mut d = Driver::new(storage_cfg(256));
+    d.in_order_joins = true;
+    let mut clients = Vec::new();
+    for r in 0..ranges {
+        // Every block outside the range counts as held.
+        let mut have = BlockSet::new(n);
+        for b in (0..n).filter(|b| !(r * len..(r + 1) * len).contains(b)) {
+            have.insert(b);
+        }
+        for (k, speed) in [(0u64, 3usize), (1, 1)] {
+            let c = u64::from(r) * 2 + k + 1;
+            d.join(c, 1, u64::from(n) * B, Some(have.clone()));
+            clients.push((c, speed));
+        }
+    }
+    for round in 0..20_000u64 {
+        while !d.pending_reads.is_empty() {
+            d.finish_read(0, false);
+        }
+        for &(c, speed) in &clients {
+            for _ in 0..speed {
+                let next = d.sendable().into_iter().find(|&i| d.pending_sends[i].0 == ClientId(c));
+                let Some(i) = next else { break };
+                d.finish_send(i);
+            }
+        }
+        d.now = (round + 1) * 1_000_000;
+        if d.active().next().is_none() {
+            break;
+        }
+    }
+    assert_eq!(d.completed.len(), clients.len(), "every range completes");
+    assert!(d.reads <= u64::from(n) + 64, "favoring storage: {} reads for {n} blocks", d.reads);
+}
+
 /// A plain download (client 1) at `plain` blocks a round from round 0, a
 /// native client (2) at `native` blocks a round from round `joins`, one
 /// file of `n` blocks; returns the storage reads.

@@ -8,7 +8,9 @@
 //! that this span never outgrows memory. A download whose next block must
 //! be read from storage waits (it is *paced*) while another plain download
 //! of its file that still shares with it is a window (half the memory the
-//! file may use) or more behind that block. It picks again when a download
+//! file may use, split among the groups of downloads that began at the
+//! same block, such as the ranges of a segmented downloader) or more behind
+//! that block. It picks again when a download
 //! of its file sends, leaves, parks or is found stalled. A download two
 //! windows or more behind (it joined late, after the blocks it needs left)
 //! no longer shares and paces nobody: it reads on its own, and the group
@@ -20,7 +22,10 @@
 //! slowest download is never paced, so the group always moves.
 
 use super::Scheduler;
-use crate::config::{Favor, HOLD_STALL_NANOS};
+use crate::{
+    config::{Favor, HOLD_STALL_NANOS},
+    file::FileState,
+};
 use circus_core::{BlockIdx, ClientId, FileId};
 
 impl Scheduler {
@@ -29,12 +34,25 @@ impl Scheduler {
         self.cfg.favor == Favor::Storage && self.cfg.policy == crate::config::PolicyKind::Circus
     }
 
-    /// Blocks the plain downloads of one file may spread over: half its
-    /// share of the memory (the memory over the files with clients). The
-    /// other half holds queued runs (C12) and what the window overshoots.
-    fn pacing_window(&self) -> u32 {
+    /// Blocks one group of plain downloads of a file may spread over: half
+    /// the file's share of the memory (the memory over the files with
+    /// clients), split among its groups. A group is the downloads that
+    /// began at the same block: every curl of a file is one group, the 16
+    /// ranges of an aria2c `-s16` are 16, and their spans are all in memory
+    /// at once. The other half holds queued runs (C12) and what the window
+    /// overshoots.
+    fn pacing_window(&self, file: &FileState) -> u64 {
         let share = self.cfg.cache_blocks() / 2 / u64::from(self.active_files.max(1));
-        share.max(1).min(u64::from(u32::MAX)) as u32
+        let mut starts: Vec<BlockIdx> = file
+            .clients
+            .iter()
+            .filter_map(|c| self.clients.get(c))
+            .filter(|c| c.in_order && !c.parked && !c.all_picked())
+            .map(|c| c.start)
+            .collect();
+        starts.sort_unstable();
+        starts.dedup();
+        (share / starts.len().max(1) as u64).max(1)
     }
 
     /// Whether plain download `id` must wait before reading block `b`: a
@@ -46,9 +64,8 @@ impl Scheduler {
             // No new read: taking it costs storage nothing.
             return false;
         }
-        let (window, me) = (self.pacing_window(), &self.clients[&id]);
+        let (window, me) = (self.pacing_window(file), &self.clients[&id]);
         let now = self.now;
-        let window = u64::from(window);
         file.clients.iter().filter(|&&c| c != id).filter_map(|c| self.clients.get(c)).any(|other| {
             // One that has picked its last block has wrapped its cursor to
             // the start, and one that holds `b` (a resume with holes) never
