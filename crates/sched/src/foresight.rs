@@ -24,14 +24,6 @@ use circus_core::{BlockIdx, ClientId};
 /// In-order sends of a file between two snapshots of its readers, at least.
 pub(crate) const REFRESH_SENDS: u32 = 64;
 
-/// At most this many readers that lack a block are looked at: the nearest
-/// behind it, which are nearly always the first to arrive. Readers that
-/// have passed the block since the snapshot are skipped first, at one
-/// lookup each (counting them would leave a block the whole group still
-/// needs looking unneeded), so keying a block costs at most one lookup per
-/// reader of its file.
-const NEAREST: usize = 8;
-
 /// Rate assumed for a reader not measured yet when no reader of its file
 /// is: one 64 KiB block a millisecond (64 MB/s).
 const DEFAULT_BYTES_PER_SEC: f64 = 64e6;
@@ -50,6 +42,9 @@ struct Reader {
 pub(crate) struct Foresight {
     /// Sorted by cursor.
     readers: Vec<Reader>,
+    /// `fastest_upto[i]`: the fewest nanoseconds per byte of any reader in
+    /// `readers[..=i]`, which bounds how soon any of them can arrive.
+    fastest_upto: Vec<f64>,
     at: Nanos,
     /// In-order sends since the snapshot.
     pub sends_since: u32,
@@ -70,6 +65,12 @@ impl Foresight {
             Reader { client, cursor, ns_per_byte: 1e9 / rate }
         }));
         self.readers.sort_unstable_by_key(|r| (r.cursor, r.client));
+        self.fastest_upto.clear();
+        let mut fastest = f64::INFINITY;
+        self.fastest_upto.extend(self.readers.iter().map(|r| {
+            fastest = fastest.min(r.ns_per_byte);
+            fastest
+        }));
         self.at = now;
         self.sends_since = 0;
     }
@@ -80,18 +81,33 @@ impl Foresight {
 
     /// When block `b` will next be read by a reader that lacks it
     /// (`lacks`), if any will; every block before it is `block_bytes` long.
+    ///
+    /// Readers behind the block are looked at nearest first, until none
+    /// further back could arrive sooner even at the fastest rate among
+    /// them: the nearest usually decide, but a fast reader far behind can
+    /// beat a crowd of slow ones near, which looking at a fixed number of
+    /// the nearest misses.
+    /// Readers that have passed the block since the snapshot are skipped,
+    /// at one lookup each (counting them would leave a block the whole
+    /// group still needs looking unneeded).
     pub fn next_use(&self, b: BlockIdx, block_bytes: u64, lacks: impl Fn(ClientId) -> bool) -> Option<Nanos> {
         let behind = self.readers.partition_point(|r| r.cursor <= b);
-        self.readers[..behind]
-            .iter()
-            .rev()
-            .filter(|r| lacks(r.client))
-            .take(NEAREST)
-            .map(|r| {
-                let bytes = u64::from(b - r.cursor) * block_bytes;
-                self.at.saturating_add((bytes as f64 * r.ns_per_byte) as Nanos)
-            })
-            .min()
+        let arrival = |distance_blocks: BlockIdx, ns_per_byte: f64| {
+            let bytes = u64::from(distance_blocks) * block_bytes;
+            self.at.saturating_add((bytes as f64 * ns_per_byte) as Nanos)
+        };
+        let mut soonest: Option<Nanos> = None;
+        for i in (0..behind).rev() {
+            let r = &self.readers[i];
+            if soonest.is_some_and(|t| arrival(b - r.cursor, self.fastest_upto[i]) >= t) {
+                break;
+            }
+            if lacks(r.client) {
+                let t = arrival(b - r.cursor, r.ns_per_byte);
+                soonest = Some(soonest.map_or(t, |s| s.min(t)));
+            }
+        }
+        soonest
     }
 }
 
@@ -123,5 +139,17 @@ mod tests {
         // behind have since passed block 30.
         f.refresh(0, (0..20).map(|i| (ClientId(i), i as BlockIdx, 1e6)));
         assert_eq!(f.next_use(30, 1000, |c| c == ClientId(0)), Some(30_000_000));
+    }
+
+    #[test]
+    fn a_fast_reader_far_behind_arrives_before_slow_ones_near() {
+        let mut f = Foresight::default();
+        // Twelve readers at blocks 88..100 going 1 MB/s, and one at block 0
+        // going 50 MB/s; 1,000-byte blocks.
+        f.refresh(0, (0..12).map(|i| (ClientId(i), 88 + i as BlockIdx, 1e6)).chain([(ClientId(99), 0, 50e6)]));
+        // Block 101: 2 ms for the nearest slow one (at 99), 2.02 ms for the fast one.
+        assert_eq!(f.next_use(101, 1000, |_| true), Some(2_000_000));
+        // Block 110: 11 ms for the nearest slow one, 2.2 ms for the fast one.
+        assert_eq!(f.next_use(110, 1000, |_| true), Some(2_200_000));
     }
 }
