@@ -64,6 +64,7 @@ mod origin;
 pub mod output;
 mod plain_crowd;
 mod procs;
+mod range_log;
 mod report;
 pub mod scenarios;
 mod slow;

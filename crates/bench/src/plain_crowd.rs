@@ -19,6 +19,9 @@
 //! rates (Belady's offline rule, `circus_sim::bound`): plain downloads read
 //! at fixed times whatever the server does, so no eviction can beat that
 //! number, and a target below it can only be met by slowing clients down.
+//! aria2c's connections are in-order readers too, of ranges it picks as it
+//! goes; their bound is computed afterwards from the ranges, times and
+//! rates in the server's access log (`range_log`).
 
 use crate::{
     BenchError, BenchOptions, Report, Row, amplification, io_err, make_file, memcg::MemoryCgroup, native_client,
@@ -132,6 +135,14 @@ pub async fn run(opts: &BenchOptions, crowd: Crowd, log: &mut (dyn FnMut(&str) +
             Contender::Circus { name, policy, favor } => {
                 let mut args = vec!["--policy".into(), policy.into(), "--cache".into(), opts.cache.to_string()];
                 args.extend(["--favor".into(), favor.into()]);
+                // aria2c picks its ranges as it goes: the server's log says
+                // which each connection read, and when.
+                let access_log = opts.work.join(format!("access-{policy}-{favor}.log"));
+                if crowd == Crowd::Segmented {
+                    let _ = std::fs::remove_file(&access_log);
+                    args.extend(["--access-log".into(), access_log.display().to_string()]);
+                    args.extend(["--access-log-format".into(), "json".into()]);
+                }
                 args.extend(opts.server_args.iter().cloned());
                 let server = ServerProc::circus(&opts.circus, &root, &args)?;
                 let url = format!("http://{}/data.bin", server.addr);
@@ -143,7 +154,13 @@ pub async fn run(opts: &BenchOptions, crowd: Crowd, log: &mut (dyn FnMut(&str) +
                 log(&format!("{name}: {} clients ({crowd:?}) downloading {} bytes", opts.clients, opts.file_size));
                 let done = crowd_run(&url, opts, crowd, log).await?;
                 let read = server.metric("circus_storage_read_bytes_total")? - before;
-                figures(Row::new(name), read, &done, opts, crowd)
+                let row = figures(Row::new(name), read, &done, opts, crowd);
+                if crowd == Crowd::Segmented {
+                    let readers = crate::range_log::readers(&access_log)?;
+                    row.with("best_possible_amplification", fewest(&readers, opts))
+                } else {
+                    row
+                }
             }
             Contender::Nginx => nginx_row(&root, opts, crowd, log).await?,
         };
@@ -238,8 +255,9 @@ fn figures(row: Row, read: f64, done: &[Done], opts: &BenchOptions, crowd: Crowd
         .with("download_vs_ideal_mean", slowdowns.iter().sum::<f64>() / slowdowns.len() as f64)
         .with("download_vs_ideal_max", slowdowns.iter().copied().fold(0.0, f64::max));
     if crowd.all_curl() {
-        // Only an all-curl crowd reads in a sequence fixed in advance:
-        // native clients and aria2c choose their order as they go.
+        // An all-curl crowd reads in a sequence fixed in advance; native
+        // clients choose their order as they go, and aria2c its ranges
+        // (whose bound comes from the server's log).
         row = row.with("best_possible_amplification", bound(done, opts));
     } else if crowd == Crowd::Mixed {
         // The curl half alone needs this many reads whatever the native
@@ -338,12 +356,14 @@ async fn aria2c(url: &str, rate: f64, size: u64, dir: &std::path::Path) -> Resul
 /// The fewest times any cache of the server's size could have read the
 /// file for these downloads, each at the rate it actually got.
 fn bound(done: &[Done], opts: &BenchOptions) -> f64 {
-    let readers: Vec<Reader> = done
-        .iter()
-        .filter(|d| d.plain)
-        .map(|d| Reader { start_s: d.start_s, bytes_per_s: opts.file_size as f64 / d.seconds })
-        .collect();
+    let readers: Vec<Reader> =
+        done.iter().filter(|d| d.plain).map(|d| Reader::whole(d.start_s, opts.file_size as f64 / d.seconds)).collect();
+    fewest(&readers, opts)
+}
+
+/// The fewest reads of the file, over its size, for these readers.
+fn fewest(readers: &[Reader], opts: &BenchOptions) -> f64 {
     let layout = BlockLayout::new(opts.file_size, BLOCK);
-    let reads = fewest_reads(&readers, layout, (opts.cache / u64::from(BLOCK)) as usize);
+    let reads = fewest_reads(readers, layout, (opts.cache / u64::from(BLOCK)) as usize);
     reads as f64 / f64::from(layout.blocks())
 }

@@ -169,15 +169,18 @@ fn the_access_log_has_a_line_per_request_and_sigusr1_reopens_it_after_rotation()
     curl("/small.txt?again", &[]);
     curl("/missing", &[]);
     curl("/big.bin", &["-I"]);
+    curl("/big.bin", &["-r", "100-199"]);
     std::thread::sleep(Duration::from_millis(200));
     let lines = std::fs::read_to_string(&log).unwrap();
     let lines: Vec<&str> = lines.lines().collect();
-    assert_eq!(lines.len(), 5, "{lines:#?}");
+    assert_eq!(lines.len(), 6, "{lines:#?}");
     assert!(lines[0].starts_with("127.0.0.1 - - ["), "{}", lines[0]);
     assert!(lines[0].contains("\"GET /small.txt HTTP/1.1\" 200 5 \"-\" \"test-agent \\\"quoted\\\"\""), "{}", lines[0]);
     assert!(lines[1].contains("\"GET /big.bin HTTP/1.1\" 200 1048576 ") && lines[1].contains("mode=plain tls=0"));
     assert!(lines[3].contains("\"GET /missing HTTP/1.1\" 404 "), "{}", lines[3]);
     assert!(lines[4].contains("\"HEAD /big.bin HTTP/1.1\" 200 0 "), "{}", lines[4]);
+    assert!(lines[1].ends_with(" range=-"), "{}", lines[1]);
+    assert!(lines[5].contains(" 206 100 ") && lines[5].ends_with(" range=100-199/1048576"), "{}", lines[5]);
     // logrotate: the file is moved away, SIGUSR1, and lines go to a new file.
     let rotated = dir.path().join("access.log.1");
     std::fs::rename(&log, &rotated).unwrap();
@@ -185,7 +188,7 @@ fn the_access_log_has_a_line_per_request_and_sigusr1_reopens_it_after_rotation()
     std::thread::sleep(Duration::from_millis(300));
     curl("/small.txt", &[]);
     std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(std::fs::read_to_string(&rotated).unwrap().lines().count(), 5);
+    assert_eq!(std::fs::read_to_string(&rotated).unwrap().lines().count(), 6);
     let fresh = std::fs::read_to_string(&log).expect("SIGUSR1 reopened the log by its path");
     assert_eq!(fresh.lines().count(), 1, "{fresh}");
 }

@@ -194,7 +194,9 @@ pub async fn download_with(
 /// Downloads with a shared client until done or until `cancelled` resolves,
 /// whichever comes first. A cancelled download fails with
 /// [`GetError::Cancelled`] after saving its progress and closing its part
-/// file, so the same download may start again at once and resume.
+/// file, so the same download may start again at once and resume. (A
+/// cancel that comes while the checked file is being renamed into place
+/// is too late: the download succeeds.)
 ///
 /// ```no_run
 /// # async fn run(client: circus_client::HttpClient, opts: circus_client::GetOptions) {

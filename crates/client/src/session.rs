@@ -105,9 +105,10 @@ impl Job<'_> {
 }
 
 /// Downloads, verifies and installs `opts.url`, unless `cancelled` resolves
-/// first. A cancel is taken while data is being fetched (or a retry waited
-/// for); it ends the download as a failure would, keeping what was verified.
-/// The whole-file check and the rename, once begun, are seen through.
+/// first. A cancel is taken while data is being fetched, a retry waited
+/// for, or the whole file read back to check it; it ends the download as a
+/// failure would, keeping what was verified. The rename, once begun, is
+/// seen through.
 pub(crate) async fn download(
     client: &HttpClient,
     opts: &GetOptions,

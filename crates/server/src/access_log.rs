@@ -52,7 +52,8 @@ impl From<String> for Target {
 #[serde(rename_all = "lowercase")]
 pub enum Format {
     /// `peer - - [time] "GET /x HTTP/1.1" 200 1234 "referer" "agent"`, then
-    /// `rt=` seconds, `mode=` native or plain, `tls=` 0 or 1, `cache=`.
+    /// `rt=` seconds, `mode=` native or plain, `tls=` 0 or 1, `cache=`, and
+    /// `range=` the bytes a 206 answered (`100-199/1000`) or `-`.
     #[default]
     Combined,
     /// One JSON object per line.
@@ -74,6 +75,9 @@ pub struct Entry<'a> {
     pub tls: bool,
     /// `hit`, `miss` or `-` (not cached: a local file on the full path).
     pub cache: &'a str,
+    /// A single-range answer's Content-Range without its unit
+    /// (`100-199/1000`): which part of the file the bytes were.
+    pub range: Option<&'a str>,
     pub referer: Option<&'a str>,
     pub user_agent: Option<&'a str>,
 }
@@ -169,8 +173,12 @@ impl Pending {
             Some(_) => "miss",
             None => "-",
         };
+        let range = h
+            .get(header::CONTENT_RANGE)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.strip_prefix("bytes ").unwrap_or(v).to_owned());
         let status = res.status().as_u16();
-        res.map(|inner| Logged { inner, pending: Some(self), status, native, cache, bytes: 0 }.boxed())
+        res.map(|inner| Logged { inner, pending: Some(self), status, native, cache, range, bytes: 0 }.boxed())
     }
 }
 
@@ -181,6 +189,7 @@ struct Logged {
     status: u16,
     native: bool,
     cache: &'static str,
+    range: Option<String>,
     bytes: u64,
 }
 
@@ -224,6 +233,7 @@ impl Drop for Logged {
                 native: self.native,
                 tls: p.tls,
                 cache: self.cache,
+                range: self.range.as_deref(),
                 referer: p.referer.as_deref(),
                 user_agent: p.user_agent.as_deref(),
             });
@@ -244,7 +254,7 @@ fn combined(e: &Entry<'_>, now: SystemTime) -> String {
     let peer = e.peer.map(|p| p.ip().to_string()).unwrap_or_else(|| "-".into());
     let _ = write!(
         line,
-        "{peer} - - [{}] \"{} {} {}\" {} {} \"{}\" \"{}\" rt={:.3} mode={} tls={} cache={}",
+        "{peer} - - [{}] \"{} {} {}\" {} {} \"{}\" \"{}\" rt={:.3} mode={} tls={} cache={} range={}",
         clf_time(now),
         e.method,
         quoted(e.target),
@@ -257,6 +267,7 @@ fn combined(e: &Entry<'_>, now: SystemTime) -> String {
         if e.native { "native" } else { "plain" },
         u8::from(e.tls),
         e.cache,
+        quoted(e.range.unwrap_or("-")),
     );
     line.push('\n');
     line
@@ -275,6 +286,7 @@ fn json(e: &Entry<'_>, now: SystemTime) -> String {
         "mode": if e.native { "native" } else { "plain" },
         "tls": e.tls,
         "cache": e.cache,
+        "range": e.range,
         "referer": e.referer,
         "user_agent": e.user_agent,
     });
@@ -322,6 +334,7 @@ mod tests {
             native: false,
             tls: true,
             cache: "hit",
+            range: None,
             referer: None,
             user_agent: Some(agent),
         }
@@ -333,7 +346,7 @@ mod tests {
         let line = combined(&entry("/a b", "curl/8"), at);
         assert_eq!(
             line,
-            "192.0.2.7 - - [18/Nov/2026:11:20:05 +0000] \"GET /a b HTTP/1.1\" 200 1234 \"-\" \"curl/8\" rt=0.012 mode=plain tls=1 cache=hit\n"
+            "192.0.2.7 - - [18/Nov/2026:11:20:05 +0000] \"GET /a b HTTP/1.1\" 200 1234 \"-\" \"curl/8\" rt=0.012 mode=plain tls=1 cache=hit range=-\n"
         );
         let forged = combined(&entry("/x", "a\"\n1.2.3.4 - - [x] \"GET /admin"), at);
         assert_eq!(forged.lines().count(), 1, "{forged}");
@@ -350,5 +363,10 @@ mod tests {
             (Some(200), Some(1234), Some(true))
         );
         assert_eq!(v["user_agent"], "agent\n");
+        assert!(v["range"].is_null());
+        let ranged = Entry { status: 206, range: Some("100-199/1000"), ..entry("/x", "a") };
+        let v: serde_json::Value = serde_json::from_str(&json(&ranged, SystemTime::UNIX_EPOCH)).unwrap();
+        assert_eq!(v["range"], "100-199/1000");
+        assert!(combined(&ranged, SystemTime::UNIX_EPOCH).ends_with(" range=100-199/1000\n"));
     }
 }

@@ -243,6 +243,8 @@ fn log_answer(log: &AccessLog, peer: Peer, req: &httparse::Request<'_, '_>, head
         native: false,
         tls: peer.tls,
         cache: "hit",
+        // The lane answers whole objects only.
+        range: None,
         referer: field("referer"),
         user_agent: field("user-agent"),
     });

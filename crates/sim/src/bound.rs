@@ -10,14 +10,33 @@
 //! changing when clients read (pacing them) or what they read.
 
 use circus_core::BlockLayout;
-use std::collections::BTreeSet;
+use std::{collections::BTreeSet, ops::Range};
 
-/// One in-order reader: when it starts, seconds, and its rate, bytes per
-/// second.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// One in-order reader: when it starts, seconds, its rate, bytes per
+/// second, and the bytes it reads (`None`: the whole file; a range request
+/// reads only part, as each connection of a segmented downloader does).
+#[derive(Debug, Clone, PartialEq)]
 pub struct Reader {
     pub start_s: f64,
     pub bytes_per_s: f64,
+    pub bytes: Option<Range<u64>>,
+}
+
+impl Reader {
+    /// A reader of the whole file.
+    pub fn whole(start_s: f64, bytes_per_s: f64) -> Self {
+        Reader { start_s, bytes_per_s, bytes: None }
+    }
+
+    /// The blocks it reads, each with when it reads it (seconds).
+    fn reads(&self, layout: BlockLayout) -> impl Iterator<Item = (f64, u32)> + '_ {
+        let (from, to) = self.bytes.as_ref().map_or((0, layout.len()), |r| (r.start, r.end.min(layout.len())));
+        let first = (from / u64::from(layout.block_size())) as u32;
+        (first..layout.blocks()).take_while(move |&b| layout.offset(b) < to).map(move |b| {
+            let at = layout.offset(b).max(from) - from;
+            (self.start_s + at as f64 / self.bytes_per_s, b)
+        })
+    }
 }
 
 /// Blocks read from storage by the best possible eviction with room for
@@ -25,15 +44,12 @@ pub struct Reader {
 pub fn fewest_reads(readers: &[Reader], layout: BlockLayout, cache_blocks: usize) -> u64 {
     let n = layout.blocks() as usize;
     if cache_blocks == 0 {
-        return (readers.len() * n) as u64;
+        return readers.iter().map(|r| r.reads(layout).count() as u64).sum();
     }
     // Every (time, block) access, in time order (ties: block order).
     let mut accesses: Vec<(u64, u32)> = Vec::with_capacity(readers.len() * n);
     for r in readers {
-        for b in 0..layout.blocks() {
-            let t = r.start_s + layout.offset(b) as f64 / r.bytes_per_s;
-            accesses.push(((t * 1e9) as u64, b));
-        }
+        accesses.extend(r.reads(layout).map(|(t, b)| ((t * 1e9) as u64, b)));
     }
     accesses.sort_unstable();
     // Each block's access times, in order, and how many were served.
@@ -85,9 +101,9 @@ mod tests {
 
     #[test]
     fn readers_in_step_read_the_file_once_and_no_cache_reads_it_per_reader() {
-        let same = [Reader { start_s: 0.0, bytes_per_s: 1e6 }; 3];
+        let same = [Reader::whole(0.0, 1e6), Reader::whole(0.0, 1e6), Reader::whole(0.0, 1e6)];
         assert_eq!(fewest_reads(&same, layout(100), 1), 100);
-        let apart: Vec<Reader> = (0..3).map(|i| Reader { start_s: f64::from(i), bytes_per_s: 1e6 }).collect();
+        let apart: Vec<Reader> = (0..3).map(|i| Reader::whole(f64::from(i), 1e6)).collect();
         assert_eq!(fewest_reads(&apart, layout(100), 0), 300);
         // One second apart at 1,000 blocks a second: 1,000 blocks in between.
         assert_eq!(fewest_reads(&apart, layout(100), 100), 100);
@@ -97,10 +113,23 @@ mod tests {
     fn a_fast_and_a_slow_reader_share_what_fits_between_them() {
         // The slow reader falls behind at 50 blocks per 100 blocks read by
         // the fast one; a cache of 10 blocks keeps the nearest 10 of them.
-        let readers = [Reader { start_s: 0.0, bytes_per_s: 2e6 }, Reader { start_s: 0.0, bytes_per_s: 1e6 }];
+        let readers = [Reader::whole(0.0, 2e6), Reader::whole(0.0, 1e6)];
         let reads = fewest_reads(&readers, layout(100), 10);
         assert!((110..=200).contains(&reads), "{reads}");
         assert!(fewest_reads(&readers, layout(100), 100) == 100);
         assert!(fewest_reads(&readers, layout(100), 0) == 200);
+    }
+
+    #[test]
+    fn range_readers_read_only_their_blocks_and_share_the_ones_in_common() {
+        // Blocks 10..30 and 20..40 (bytes 10,500..30,000 starts inside
+        // block 10), both at once: 30 blocks with room for everything, and
+        // the 10 in common read once.
+        let a = Reader { start_s: 0.0, bytes_per_s: 1e6, bytes: Some(10_500..30_000) };
+        let b = Reader { start_s: 0.0, bytes_per_s: 1e6, bytes: Some(20_000..40_000) };
+        assert_eq!(a.reads(layout(100)).count(), 20);
+        assert_eq!(a.reads(layout(100)).next(), Some((0.0, 10)));
+        assert_eq!(fewest_reads(&[a.clone(), b.clone()], layout(100), 100), 30);
+        assert_eq!(fewest_reads(&[a, b], layout(100), 0), 40);
     }
 }

@@ -164,7 +164,7 @@ impl<'a> Sim<'a> {
         let in_order = self.cfg.plain_share > 0.0 && self.rng.random_range(0.0..1.0) < self.cfg.plain_share;
         if self.cfg.cohort.is_some() {
             if in_order {
-                self.stats.plain.push(crate::bound::Reader { start_s: self.now as f64 / NS, bytes_per_s: rate });
+                self.stats.plain.push(crate::bound::Reader::whole(self.now as f64 / NS, rate));
             } else {
                 self.stats.native_in_cohort = true;
             }
