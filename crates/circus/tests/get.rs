@@ -51,18 +51,23 @@ fn get_in(cwd: Option<&std::path::Path>, args: &[&str]) -> Run {
     };
     let stdout = drain(Box::new(child.0.stdout.take().unwrap()));
     let stderr = drain(Box::new(child.0.stderr.take().unwrap()));
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(started.elapsed() < Duration::from_secs(60), "circus get hung");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait(&mut child, Duration::from_secs(60), "circus get hung");
     Run {
         code: status.code().unwrap_or(-1),
         stdout: stdout.join().unwrap(),
         stderr: String::from_utf8_lossy(&stderr.join().unwrap()).into_owned(),
+    }
+}
+
+/// Waits for the child to exit; fails the test with `hung` after `limit`.
+fn wait(child: &mut Running, limit: Duration, hung: &str) -> std::process::ExitStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            return status;
+        }
+        assert!(started.elapsed() < limit, "{hung}");
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -209,14 +214,7 @@ fn ctrl_c_saves_the_progress_exits_130_and_the_next_run_resumes() {
     std::thread::sleep(Duration::from_millis(1500));
     let killed = Command::new("kill").args(["-INT", &child.0.id().to_string()]).status().unwrap();
     assert!(killed.success());
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(started.elapsed() < Duration::from_secs(10), "circus get ignored Ctrl-C");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait(&mut child, Duration::from_secs(10), "circus get ignored Ctrl-C");
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut stderr).unwrap();
     assert_eq!(status.code(), Some(130), "{status:?}: {stderr}");
