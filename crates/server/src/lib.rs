@@ -47,8 +47,10 @@ mod body;
 pub mod config;
 mod driver;
 pub mod files;
+mod gather;
 mod hitlane;
 mod http;
+mod inline_first;
 pub mod ktls;
 pub mod listen;
 mod listing;
@@ -86,7 +88,7 @@ use bytes::Bytes;
 use files::FileTable;
 use hyper::service::service_fn;
 use hyper_util::{
-    rt::{TokioExecutor, TokioIo, TokioTimer},
+    rt::{TokioIo, TokioTimer},
     server::{conn::auto, graceful::GracefulShutdown},
 };
 use prometheus_client::registry::Registry;
@@ -247,7 +249,7 @@ impl Server {
     /// Serves until `shutdown` resolves, then stops accepting and waits up
     /// to the drain timeout for downloads in progress.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
-        let mut builder = auto::Builder::new(TokioExecutor::new());
+        let mut builder = auto::Builder::new(inline_first::InlineFirst);
         builder
             .http1()
             .timer(TokioTimer::new())
@@ -390,7 +392,7 @@ struct Connection {
     answered: prometheus_client::metrics::counter::Counter,
     /// Over a connection cap: every request is answered 503.
     busy: bool,
-    builder: Arc<auto::Builder<TokioExecutor>>,
+    builder: Arc<auto::Builder<inline_first::InlineFirst>>,
     arena: Option<Arc<arena::Arena>>,
     activity: Arc<activity::Activity>,
     /// HTTPS: the handshake first, then the lane and hyper (no sendfile).
@@ -436,10 +438,16 @@ impl Connection {
         let served = match tls {
             None => {
                 let Some((stream, unread)) = lane.first(stream, &activity, lane_log.as_deref()).await else { return };
-                let io = TokioIo::new(
-                    SendfileStream::new(stream, arena).with_unread(unread).with_activity(activity.clone()),
-                );
-                watcher.watch(builder.serve_connection(io, service).into_owned()).await
+                let h2 = unread.starts_with(H2_PREFACE);
+                let io = SendfileStream::new(stream, arena).with_unread(unread).with_activity(activity.clone());
+                if h2 {
+                    let (io, gathering) = gather::split(io);
+                    gathering
+                        .around(watcher.watch(builder.serve_connection(TokioIo::new(io), service).into_owned()))
+                        .await
+                } else {
+                    watcher.watch(builder.serve_connection(TokioIo::new(io), service).into_owned()).await
+                }
             }
             Some(acceptor) => {
                 // The stamps keep the watchdog informed during the handshake too.
@@ -454,12 +462,20 @@ impl Connection {
                     return tracing::debug!(?peer, "ACME validation handshake answered");
                 }
                 // The lane speaks HTTP/1.1 only.
-                let lane = if alpn == Some(b"h2") { Lane { source: None, ..lane } } else { lane };
+                let h2 = alpn == Some(b"h2");
+                let lane = if h2 { Lane { source: None, ..lane } } else { lane };
                 let Some((encrypted, unread)) = lane.first(encrypted, &activity, lane_log.as_deref()).await else {
                     return;
                 };
-                let io = TokioIo::new(rewind::Rewind::new(tls_records::WholeRecords(encrypted), unread));
-                watcher.watch(builder.serve_connection(io, service).into_owned()).await
+                let io = rewind::Rewind::new(tls_records::WholeRecords(encrypted), unread);
+                if h2 {
+                    let (io, gathering) = gather::split(io);
+                    gathering
+                        .around(watcher.watch(builder.serve_connection(TokioIo::new(io), service).into_owned()))
+                        .await
+                } else {
+                    watcher.watch(builder.serve_connection(TokioIo::new(io), service).into_owned()).await
+                }
             }
         };
         if let Err(e) = served {
@@ -467,6 +483,9 @@ impl Connection {
         }
     }
 }
+
+/// How an HTTP/2 connection in clear (prior knowledge) begins.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n";
 
 /// The hit lane as a connection meets it.
 struct Lane {
