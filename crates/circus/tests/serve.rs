@@ -193,3 +193,47 @@ fn a_cache_dir_serves_byte_exact_and_a_missing_one_is_refused_by_name() {
     assert!(!out.status.success(), "started with a missing --cache-dir");
     assert!(stderr.contains("--cache-dir") && stderr.contains("missing"), "{stderr}");
 }
+
+/// A response's fields as curl printed them, lowercased and sorted, without
+/// the status line and `date`.
+fn fields(curl: &Path, url: &str, extra: &[&str]) -> Vec<String> {
+    let out = Command::new(curl).args(["-sS", "-D", "-", "-o", "/dev/null"]).args(extra).arg(url).output().unwrap();
+    assert!(out.status.success(), "curl {extra:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut lines: Vec<String> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.trim().to_ascii_lowercase())
+        .filter(|l| !l.is_empty() && !l.starts_with("date:"))
+        .collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn a_small_file_has_the_same_fields_on_every_path_and_2000_h2_streams_arrive_whole() {
+    let Some(curl) = tool("curl") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..1000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(dir.path().join("small.bin"), &data).unwrap();
+    let s = serve(dir.path(), &[]);
+    let url = format!("http://{}/small.bin", s.addr);
+    // The first plain GET has the file kept whole (and its hash index
+    // built, for Repr-Digest); give that read a moment.
+    fields(&curl, &url, &[]);
+    std::thread::sleep(Duration::from_millis(500));
+    // A condition that does not hold keeps the request on the full path,
+    // which renders every field for it.
+    let full_path = fields(&curl, &url, &["--http2-prior-knowledge", "-H", "If-None-Match: \"other\""]);
+    assert!(full_path.iter().any(|l| l.starts_with("repr-digest:")), "{full_path:?}");
+    assert_eq!(fields(&curl, &url, &["--http2-prior-knowledge"]), full_path, "h2, kept whole");
+    assert_eq!(fields(&curl, &url, &[]), full_path, "HTTP/1.1, the hit lane");
+
+    // Streams multiplexed on one connection, answered inline and written
+    // together: every one complete. (curl 7.88 cannot multiplex h2c.)
+    let Some(h2load) = tool("h2load") else { return };
+    let out = Command::new(h2load).args(["-n", "2000", "-c", "1", "-m", "100", &url]).output().unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.contains("2000 succeeded, 0 failed"), "{report}");
+    assert!(report.contains("(2000000) data"), "every body whole: {report}");
+}

@@ -40,6 +40,9 @@ pub struct ServeConfig {
     /// server's CPU per byte (50 downloads of 1 GiB: 60 s of CPU with it,
     /// 48-50 s without) through the wake-ups it adds.
     pub send_lowat: Option<u32>,
+    /// The mark, in place of `send_lowat`, while a cleartext HTTP/1.x
+    /// connection sends a file larger than the cache (see `send_mark`).
+    pub send_lowat_uncached: Option<u32>,
     /// Keep cached blocks in a memfd and send them with `sendfile(2)`
     /// instead of copying them into each socket.
     pub zero_copy: bool,
@@ -93,6 +96,7 @@ impl ServeConfig {
             io_threads: 16,
             drain_timeout: Duration::from_secs(30),
             send_lowat: Some(128 * 1024),
+            send_lowat_uncached: Some(16 * 1024),
             zero_copy: true,
             cache_dir: None,
             index_dir: None,
@@ -130,6 +134,7 @@ impl ServeConfig {
             io_threads: _,
             drain_timeout: _,
             send_lowat: _,
+            send_lowat_uncached: _,
             zero_copy: _,
             cache_dir: _,
             index_dir: _,
@@ -148,7 +153,7 @@ impl ServeConfig {
         let (a, b) = (self, other);
         let (sa, sb) = (&a.sched, &b.sched);
         let same = |x: &dyn std::fmt::Debug, y: &dyn std::fmt::Debug| format!("{x:?}") == format!("{y:?}");
-        let fields: [(&'static str, bool); 35] = [
+        let fields: [(&'static str, bool); 36] = [
             ("root", same(&a.root, &b.root)),
             ("listen", same(&a.listen, &b.listen)),
             ("admin_listen", same(&a.admin_listen, &b.admin_listen)),
@@ -170,6 +175,7 @@ impl ServeConfig {
             ("io_threads", a.io_threads == b.io_threads),
             ("drain_timeout", a.drain_timeout == b.drain_timeout),
             ("send_lowat", a.send_lowat == b.send_lowat),
+            ("send_lowat_uncached", a.send_lowat_uncached == b.send_lowat_uncached),
             ("zero_copy", a.zero_copy == b.zero_copy),
             ("cache_dir", a.cache_dir == b.cache_dir),
             ("index_dir", a.index_dir == b.index_dir),

@@ -86,6 +86,10 @@ impl<S: AsyncWrite + Unpin> Shared<S> {
         if let Some(kind) = self.failed {
             return Poll::Ready(Err(kind.into()));
         }
+        if self.buf.capacity() == 0 {
+            // Once, rather than growing by doublings through a batch.
+            self.buf.reserve_exact(CAPACITY);
+        }
         for b in bufs {
             self.buf.extend_from_slice(b);
         }

@@ -141,6 +141,17 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>, private: bool) -> Res
         }
         Resolved::Directory(_) => return Err(HttpError::Forbidden("directory listing is off")),
     };
+    if req.version() < Version::HTTP_2
+        && let Some(connection) = crate::activity::current()
+    {
+        // HTTP/2 streams share their socket, which keeps its base mark.
+        let marks = &state.send_marks;
+        let native = circus_http::accept::wants_native(req.headers());
+        connection.want_send_mark(if native { marks.base() } else { marks.for_file(file.size) });
+    }
+    if let Some(res) = kept_whole(state, req, &file, head) {
+        return Ok(res);
+    }
     let h = req.headers();
     let v = Validators { etag: &file.etag, last_modified: file.modified };
     let cond = Conditionals {
@@ -177,6 +188,29 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>, private: bool) -> Res
         rh.insert("repr-digest", HeaderValue::from_str(&digest).expect("base64 is ASCII"));
     }
     Ok(res)
+}
+
+/// A whole 200 of a small file kept with its fields rendered (`small.rs`),
+/// for a request with nothing in it that could change the answer: no
+/// condition, no range, not a native client. The fields are those the
+/// full path below writes; only their making is saved.
+fn kept_whole<B>(state: &AppState, req: &Request<B>, file: &FileEntry, head: bool) -> Option<Response<ResBody>> {
+    let h = req.headers();
+    let changing = [
+        header::IF_MATCH,
+        header::IF_NONE_MATCH,
+        header::IF_MODIFIED_SINCE,
+        header::IF_UNMODIFIED_SINCE,
+        header::RANGE,
+        header::IF_RANGE,
+    ];
+    if changing.iter().any(|name| h.contains_key(name)) || circus_http::accept::wants_native(h) {
+        return None;
+    }
+    let (fields, body) = state.small.whole(req.uri().path(), file)?;
+    let mut res = Response::new(full(if head { Bytes::new() } else { body }));
+    *res.headers_mut() = fields;
+    Some(res)
 }
 
 /// What the request path names: a small file kept whole (see

@@ -64,6 +64,7 @@ pub mod private;
 mod recent_files;
 mod redirect;
 mod rewind;
+mod send_mark;
 mod sendfile;
 pub mod settings;
 mod side_listener;
@@ -188,7 +189,9 @@ impl Server {
         };
         let private = private::PrivateRules::new(&cfg.private)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-        let state = Arc::new(AppState { files, driver, metrics, registry, origin, small, memory: plan, private });
+        let send_marks = send_mark::SendMarks::new(&cfg, !cfg.tls.is_empty() || cfg.acme.enabled());
+        let state =
+            Arc::new(AppState { files, driver, metrics, registry, origin, small, memory: plan, private, send_marks });
         let tls = match &cfg.tls {
             certs if certs.is_empty() && !cfg.acme.enabled() => None,
             certs => Some(Arc::new(
@@ -300,14 +303,15 @@ impl Server {
                 () = &mut shutdown => break,
             };
             let _ = stream.set_nodelay(true);
-            if let Some(lowat) = self.cfg.send_lowat.filter(|_| self.tls.is_none()) {
+            let send_mark = self.state.send_marks.base();
+            if send_mark > 0 {
                 // Keep at most this much unsent data in the kernel, so a
                 // block counts as sent when TCP is about to transmit it and
                 // the scheduler sees each client's real pace (measured: a
                 // mixed-speed crowd read the file 5.0 times without it, 3.1
                 // with it). Unlike a small send buffer this leaves the
                 // congestion window free on long-RTT paths.
-                let _ = socket2::SockRef::from(&stream).set_tcp_notsent_lowat(lowat);
+                send_mark::apply(&stream, send_mark);
             }
             let state = self.state.clone();
             if slots.available_permits() <= headroom && open.evict_idlest() {
@@ -331,6 +335,7 @@ impl Server {
             let metrics = self.state.metrics.clone();
             let answered = metrics.requests.get_or_create(&metrics::StatusLabel { code: 200 }).clone();
             let activity = activity::Activity::new(Some(peer));
+            activity.want_send_mark(send_mark);
             let registration = open.register(&activity);
             let tls = self.tls.as_ref().map(|c| tokio_rustls::TlsAcceptor::from(c.current()));
             let log = self.access_log.clone();

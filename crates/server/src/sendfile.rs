@@ -35,17 +35,20 @@ pub struct SendfileStream {
     unread: Bytes,
     /// Stamped on every byte read or written, for the watchdog.
     activity: Option<Arc<crate::activity::Activity>>,
+    /// The send mark the socket has (see `send_mark`).
+    send_mark: u32,
 }
 
 impl SendfileStream {
     /// Without an arena every write is an ordinary one.
     pub fn new(inner: TcpStream, arena: Option<Arc<Arena>>) -> Self {
-        SendfileStream { inner, arena, wrote: false, unread: Bytes::new(), activity: None }
+        SendfileStream { inner, arena, wrote: false, unread: Bytes::new(), activity: None, send_mark: 0 }
     }
 
-    /// Stamps `activity` on every byte read or written.
+    /// Stamps `activity` on every byte read or written, and follows the
+    /// send mark it asks for (the socket has the one it asks for now).
     pub fn with_activity(self, activity: Arc<crate::activity::Activity>) -> Self {
-        SendfileStream { activity: Some(activity), ..self }
+        SendfileStream { send_mark: activity.send_mark(), activity: Some(activity), ..self }
     }
 
     /// Reads yield `unread` before anything from the socket.
@@ -144,6 +147,10 @@ impl AsyncWrite for SendfileStream {
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        if let Some(wanted) = self.activity.as_ref().map(|a| a.send_mark()).filter(|&m| m != self.send_mark) {
+            crate::send_mark::apply(&self.inner, wanted);
+            self.send_mark = wanted;
+        }
         let written = self.as_mut().write_vectored(cx, bufs);
         if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
             self.wrote = true;

@@ -131,6 +131,12 @@ pub struct Settings {
     /// clients' real pace. HTTPS connections keep the system default.
     #[arg(long, value_name = "SIZE")]
     pub send_lowat: Option<ByteSize>,
+    /// The same while a cleartext HTTP/1.x response sends a file larger
+    /// than the cache (default 16KiB; 0 = system default): there the
+    /// scheduler's view of each reader's position decides which blocks
+    /// stay for the readers behind.
+    #[arg(long, value_name = "SIZE")]
+    pub send_lowat_uncached: Option<ByteSize>,
     /// Send cached blocks with sendfile(2) from a memfd instead of copying
     /// them into each socket (default true).
     #[arg(long, value_name = "BOOL")]
@@ -313,6 +319,9 @@ impl Settings {
         }
         if let Some(b) = self.send_lowat {
             cfg.send_lowat = u32::try_from(b.0).ok().filter(|&v| v > 0);
+        }
+        if let Some(b) = self.send_lowat_uncached {
+            cfg.send_lowat_uncached = u32::try_from(b.0).ok().filter(|&v| v > 0);
         }
         if let Some(url) = &self.origin {
             let source = parse_origin(url)?;

@@ -42,6 +42,8 @@ struct Small {
     entry: Weak<FileEntry>,
     /// Status line and fixed fields, without `date` and the blank line.
     head: Bytes,
+    /// The same fields for hyper's path (h2 streams, handed-over connections).
+    fields: http::HeaderMap,
     body: Bytes,
     /// Unix second of the last check that the path still names this version.
     checked: AtomicU64,
@@ -52,7 +54,8 @@ struct ByBytes;
 
 impl Weighter<String, Arc<Small>> for ByBytes {
     fn weight(&self, key: &String, val: &Arc<Small>) -> u64 {
-        ENTRY_OVERHEAD + (key.len() + val.head.len() + val.body.len()) as u64
+        // The fields weigh about what their wire form does.
+        ENTRY_OVERHEAD + (key.len() + 2 * val.head.len() + val.body.len()) as u64
     }
 }
 
@@ -118,6 +121,7 @@ impl SmallFiles {
             id: file.id,
             entry: Arc::downgrade(file),
             head: Bytes::from(head(file, &digest)),
+            fields: fields(file, &digest),
             // Exactly the file's bytes: the read buffer is rounded up for O_DIRECT.
             body: Bytes::copy_from_slice(&bytes),
             checked: AtomicU64::new(unix_secs(SystemTime::now())),
@@ -145,6 +149,14 @@ impl SmallFiles {
     pub fn body(&self, url_path: &str, file: &FileEntry) -> Option<Bytes> {
         let small = self.cache.get(url_path)?;
         (small.id == file.id && small.body.len() as u64 == file.size).then(|| small.body.clone())
+    }
+
+    /// The fields and bytes of a whole 200 for `url_path` when they are
+    /// exactly the version `file` (resolved for this request), if kept.
+    pub fn whole(&self, url_path: &str, file: &FileEntry) -> Option<(http::HeaderMap, Bytes)> {
+        let small = self.cache.get(url_path)?;
+        (small.id == file.id && small.body.len() as u64 == file.size)
+            .then(|| (small.fields.clone(), small.body.clone()))
     }
 
     /// The version kept for `url_path` while it is current (checked at
@@ -199,6 +211,21 @@ fn head(file: &FileEntry, digest: &str) -> Vec<u8> {
     out
 }
 
+/// The fields of [`head`], as a header map.
+fn fields(file: &FileEntry, digest: &str) -> http::HeaderMap {
+    use http::{HeaderValue, header};
+    let text = |s: &str| HeaderValue::from_str(s).unwrap_or(HeaderValue::from_static(""));
+    let mut h = http::HeaderMap::with_capacity(8);
+    h.insert(header::CONTENT_TYPE, text(&file.content_type));
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(file.size));
+    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    h.insert(header::ETAG, text(&file.etag));
+    h.insert(header::LAST_MODIFIED, text(&httpdate::fmt_http_date(file.modified)));
+    h.insert(header::VARY, HeaderValue::from_static("Accept"));
+    h.insert("repr-digest", text(&format!("sha-256=:{digest}:")));
+    h
+}
+
 fn unix_secs(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs()
 }
@@ -235,6 +262,11 @@ mod tests {
         assert!(text.contains("\r\ndate: ") && text.ends_with("\r\n\r\nsmall file"), "{text}");
         let native = [httparse::Header { name: "Accept", value: b"application/vnd.circus.blocks" }];
         assert!(!lane("/s.txt", &native, &mut Vec::new()), "native clients go to the full path");
+        let (fields, body) = small.whole("/s.txt", &files.lookup("/s.txt").unwrap()).expect("kept whole");
+        assert_eq!(body, &b"small file"[..]);
+        let wire: String = fields.iter().map(|(n, v)| format!("{n}: {}\r\n", v.to_str().unwrap())).collect();
+        let head = String::from_utf8(small.cache.get("/s.txt").unwrap().head.to_vec()).unwrap();
+        assert_eq!(format!("HTTP/1.1 200 OK\r\n{wire}"), head, "the same fields both ways");
         let kept_version = small.entry(&files, "/s.txt").expect("the full path resolves the kept version");
         assert_eq!(kept_version.id, files.lookup("/s.txt").unwrap().id);
 

@@ -21,6 +21,8 @@ pub(crate) struct AppState {
     pub memory: MemoryPlan,
     /// Prefixes only signed URLs or bearer tokens may read.
     pub private: crate::private::PrivateRules,
+    /// TCP_NOTSENT_LOWAT per response.
+    pub send_marks: crate::send_mark::SendMarks,
 }
 
 /// The local directory's answers for the hit lane.
