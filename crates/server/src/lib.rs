@@ -288,6 +288,8 @@ impl Server {
         let open = Arc::new(open_connections::OpenConnections::default());
         let per_address = Arc::new(PerAddress::new(self.cfg.max_connections_per_ip));
         let send_timeout = self.cfg.send_timeout;
+        // The lane's answers, counted without a label lookup per connection.
+        let answered_200 = self.state.metrics.requests.get_or_create(&metrics::StatusLabel { code: 200 }).clone();
         tokio::pin!(shutdown);
         loop {
             let (stream, peer) = tokio::select! {
@@ -303,16 +305,6 @@ impl Server {
                 () = &mut shutdown => break,
             };
             let _ = stream.set_nodelay(true);
-            let send_mark = self.state.send_marks.base();
-            if send_mark > 0 {
-                // Keep at most this much unsent data in the kernel, so a
-                // block counts as sent when TCP is about to transmit it and
-                // the scheduler sees each client's real pace (measured: a
-                // mixed-speed crowd read the file 5.0 times without it, 3.1
-                // with it). Unlike a small send buffer this leaves the
-                // congestion window free on long-RTT paths.
-                send_mark::apply(&stream, send_mark);
-            }
             let state = self.state.clone();
             if slots.available_permits() <= headroom && open.evict_idlest() {
                 self.state.metrics.connections_evicted.inc();
@@ -333,9 +325,17 @@ impl Server {
             let (builder, arena, watcher, stopping) =
                 (builder.clone(), self.arena.clone(), graceful.watcher(), stopping.clone());
             let metrics = self.state.metrics.clone();
-            let answered = metrics.requests.get_or_create(&metrics::StatusLabel { code: 200 }).clone();
+            let answered = answered_200.clone();
             let activity = activity::Activity::new(Some(peer));
-            activity.want_send_mark(send_mark);
+            // At most this much unsent data is kept in the kernel, so a block
+            // counts as sent when TCP is about to transmit it and the
+            // scheduler sees each client's real pace (measured: a
+            // mixed-speed crowd read the file 5.0 times without it, 3.1 with
+            // it). Unlike a small send buffer this leaves the congestion
+            // window free on long-RTT paths. It is set at the first write
+            // past the hit lane, whose whole small answers need none: a
+            // connection the lane serves alone makes no system call for it.
+            activity.want_send_mark(self.state.send_marks.base());
             let registration = open.register(&activity);
             let tls = self.tls.as_ref().map(|c| tokio_rustls::TlsAcceptor::from(c.current()));
             let log = self.access_log.clone();
@@ -410,7 +410,7 @@ impl Connection {
     /// the rest of the connection's life.
     async fn serve(self, stream: tokio::net::TcpStream, watcher: hyper_util::server::graceful::Watcher) {
         let Connection { state, lane, limits, stopping, answered, busy, builder, arena, activity, tls, log } = self;
-        let peer = stream.peer_addr().ok();
+        let peer = activity.peer();
         let encrypted = tls.is_some();
         let lane_log = log.clone();
         let counted = activity.clone();

@@ -35,7 +35,8 @@ pub struct SendfileStream {
     unread: Bytes,
     /// Stamped on every byte read or written, for the watchdog.
     activity: Option<Arc<crate::activity::Activity>>,
-    /// The send mark the socket has (see `send_mark`).
+    /// The send mark the socket has (see `send_mark`); 0, the system
+    /// default, until one is asked for.
     send_mark: u32,
 }
 
@@ -46,9 +47,9 @@ impl SendfileStream {
     }
 
     /// Stamps `activity` on every byte read or written, and follows the
-    /// send mark it asks for (the socket has the one it asks for now).
+    /// send mark it asks for from the next write on.
     pub fn with_activity(self, activity: Arc<crate::activity::Activity>) -> Self {
-        SendfileStream { send_mark: activity.send_mark(), activity: Some(activity), ..self }
+        SendfileStream { activity: Some(activity), ..self }
     }
 
     /// Reads yield `unread` before anything from the socket.
