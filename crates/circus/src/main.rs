@@ -10,6 +10,13 @@ mod sim;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
+/// mimalloc rather than glibc's malloc: memory freed on another thread than
+/// the one that allocated it (a connection accepted on one worker, its
+/// requests answered on another) goes back without taking a lock the two
+/// workers contend for.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "circus",
