@@ -15,12 +15,12 @@
 //! an older format (`CIDX0002` had no checksum): a stale or damaged index
 //! can cost a rebuild, never a wrong answer.
 
-use crate::{FileVersion, StoreError, version::Stamp};
+use crate::{BlockReader, FileVersion, StoreError, version::Stamp};
 use circus_core::BlockLayout;
 use sha2::{Digest, Sha256};
 use std::{
     fs::{self, File},
-    io::{self, Read, Write},
+    io::{self, Write},
     path::{Path, PathBuf},
 };
 
@@ -33,6 +33,8 @@ pub fn default_index_dir(root: &Path) -> PathBuf {
 
 /// How often a build reports progress, in bytes hashed.
 const PROGRESS_EVERY: u64 = 64 << 20;
+/// Bytes a build reads at a time (whole blocks, at least one).
+const BUILD_READ: u64 = 1 << 20;
 const MAGIC: &[u8; 8] = b"CIDX0003";
 const HEADER: usize = 8 + 8 + 12 + 12 + 8 + 8 + 4 + 4 + 32 + 32;
 /// The BLAKE3 checksum after the leaves.
@@ -131,41 +133,46 @@ impl FileIndex {
 
     /// Reads the whole file once: leaf hashes and the SHA-256 together,
     /// telling `progress` the bytes hashed so far every 64 MiB or so. The
-    /// file must be `version` before and after, else [`StoreError::Changed`].
+    /// file must be `version` when opened and after every read, else
+    /// [`StoreError::Changed`].
+    ///
+    /// The reads are those blocks are served with ([`BlockReader`]: direct
+    /// where the file system allows). A direct read takes the file's inode
+    /// lock shared, so it waits for a write in progress rather than seeing
+    /// it half done. A buffered read does not: a write whose change time
+    /// was set when it began, and which then stalled for longer than
+    /// [`crate::SETTLE`] while copying, left the file looking settled while
+    /// its bytes were still changing, and an index built from that torn
+    /// state let a resumed download finish with blocks of two versions.
     pub fn build(
         path: &Path,
         version: FileVersion,
         block_size: u32,
         progress: &mut dyn FnMut(u64),
     ) -> Result<FileIndex, StoreError> {
-        let read_err = |source| StoreError::Read { path: path.to_owned(), source };
-        let changed = || StoreError::Changed { path: path.to_owned() };
-        let mut f = File::open(path).map_err(read_err)?;
-        let same = |f: &File| f.metadata().map(|m| FileVersion::of(&m) == version).map_err(read_err);
-        if !same(&f)? {
-            return Err(changed());
-        }
+        let reader = BlockReader::open(path, version)?;
         let layout = BlockLayout::new(version.size, block_size);
+        let per_read = (BUILD_READ / u64::from(block_size)).max(1) as u32;
         let mut sha = Sha256::new();
         let mut leaves = Vec::with_capacity(layout.blocks() as usize);
-        let mut buf = vec![0u8; block_size as usize];
-        for b in 0..layout.blocks() {
-            let block = &mut buf[..layout.block_len(b) as usize];
-            f.read_exact(block).map_err(|e| match e.kind() {
-                io::ErrorKind::UnexpectedEof => changed(),
-                _ => read_err(e),
-            })?;
-            sha.update(&*block);
-            leaves.push(circus_proto::HashTree::leaf_hash(block));
-            let done = layout.offset(b) + block.len() as u64;
-            if done % PROGRESS_EVERY < block.len() as u64 {
+        let mut first = 0;
+        while first < layout.blocks() {
+            let count = per_read.min(layout.blocks() - first);
+            let start = layout.offset(first);
+            let last = first + count - 1;
+            let len = layout.offset(last) + u64::from(layout.block_len(last)) - start;
+            let bytes = reader.read_block(start, len as u32)?;
+            for block in bytes.chunks(block_size as usize) {
+                sha.update(block);
+                leaves.push(circus_proto::HashTree::leaf_hash(block));
+            }
+            let done = start + len;
+            if done % PROGRESS_EVERY < len {
                 progress(done);
             }
+            first += count;
         }
         progress(version.size);
-        if !same(&f)? {
-            return Err(changed());
-        }
         Ok(FileIndex {
             size: version.size,
             version: Some(version),
