@@ -41,7 +41,7 @@ where
         }
         Err(reason) => {
             let res = error_response(&HttpError::Forbidden(reason));
-            state.metrics.requests.get_or_create(&crate::metrics::StatusLabel { code: 403 }).inc();
+            state.metrics.count_response(403);
             return res;
         }
     };
@@ -49,7 +49,7 @@ where
     if private {
         mark_private(res.headers_mut());
     }
-    state.metrics.requests.get_or_create(&crate::metrics::StatusLabel { code: res.status().as_u16() }).inc();
+    state.metrics.count_response(res.status().as_u16());
     res
 }
 
@@ -128,18 +128,24 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>, private: bool) -> Res
             }
         };
     }
-    let file = match resolve(state, req.uri().path()).await? {
-        Resolved::File(file) => file,
-        Resolved::AddSlash => return Ok(add_slash(req.uri())),
-        Resolved::Directory(dir) if state.files.listing() => {
-            let table = state.clone();
-            let listing = tokio::task::spawn_blocking(move || table.files.list(&dir))
-                .await
-                .map_err(|e| HttpError::Internal(e.to_string()))?
-                .map_err(|_| HttpError::NotFound)?;
-            return Ok(crate::listing::response(req.uri().path(), &listing, req.headers(), head));
-        }
-        Resolved::Directory(_) => return Err(HttpError::Forbidden("directory listing is off")),
+    // A kept small file names its version itself: no lookup in the file
+    // table, and a plain whole GET is answered from what was kept.
+    let kept = state.small.kept(&state.files, req.uri().path()).and_then(|k| Some((k.entry()?, k)));
+    let (file, kept) = match kept {
+        Some((file, kept)) => (file, Some(kept)),
+        None => match resolve(state, req.uri().path()).await? {
+            Resolved::File(file) => (file, None),
+            Resolved::AddSlash => return Ok(add_slash(req.uri())),
+            Resolved::Directory(dir) if state.files.listing() => {
+                let table = state.clone();
+                let listing = tokio::task::spawn_blocking(move || table.files.list(&dir))
+                    .await
+                    .map_err(|e| HttpError::Internal(e.to_string()))?
+                    .map_err(|_| HttpError::NotFound)?;
+                return Ok(crate::listing::response(req.uri().path(), &listing, req.headers(), head));
+            }
+            Resolved::Directory(_) => return Err(HttpError::Forbidden("directory listing is off")),
+        },
     };
     if req.version() < Version::HTTP_2
         && let Some(connection) = crate::activity::current()
@@ -149,7 +155,7 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>, private: bool) -> Res
         let native = circus_http::accept::wants_native(req.headers());
         connection.want_send_mark(if native { marks.base() } else { marks.for_file(file.size) });
     }
-    if let Some(res) = kept_whole(state, req, &file, head) {
+    if let Some(res) = kept.and_then(|kept| kept_whole(&kept, req, head)) {
         return Ok(res);
     }
     let h = req.headers();
@@ -194,7 +200,7 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>, private: bool) -> Res
 /// for a request with nothing in it that could change the answer: no
 /// condition, no range, not a native client. The fields are those the
 /// full path below writes; only their making is saved.
-fn kept_whole<B>(state: &AppState, req: &Request<B>, file: &FileEntry, head: bool) -> Option<Response<ResBody>> {
+fn kept_whole<B>(kept: &crate::small::Kept, req: &Request<B>, head: bool) -> Option<Response<ResBody>> {
     let h = req.headers();
     let changing = [
         header::IF_MATCH,
@@ -207,18 +213,17 @@ fn kept_whole<B>(state: &AppState, req: &Request<B>, file: &FileEntry, head: boo
     if changing.iter().any(|name| h.contains_key(name)) || circus_http::accept::wants_native(h) {
         return None;
     }
-    let (fields, body) = state.small.whole(req.uri().path(), file)?;
+    let (fields, body) = kept.whole();
     let mut res = Response::new(full(if head { Bytes::new() } else { body }));
     *res.headers_mut() = fields;
     Some(res)
 }
 
-/// What the request path names: a small file kept whole (see
-/// [`crate::small`]); as resolved less than a second ago when the file is
-/// still that version (one `stat`, in place); or resolved now off the async
-/// workers (stat and canonicalize block).
+/// What the request path names: as resolved less than a second ago when
+/// the file is still that version (one `stat`, in place), or resolved now
+/// off the async workers (stat and canonicalize block).
 async fn resolve(state: &Arc<AppState>, path: &str) -> Result<Resolved, HttpError> {
-    if let Some(file) = state.small.entry(&state.files, path).or_else(|| state.files.recent(path)) {
+    if let Some(file) = state.files.recent(path) {
         return Ok(Resolved::File(file));
     }
     let (table, path) = (state.clone(), path.to_owned());

@@ -289,7 +289,7 @@ impl Server {
         let per_address = Arc::new(PerAddress::new(self.cfg.max_connections_per_ip));
         let send_timeout = self.cfg.send_timeout;
         // The lane's answers, counted without a label lookup per connection.
-        let answered_200 = self.state.metrics.requests.get_or_create(&metrics::StatusLabel { code: 200 }).clone();
+        let answered_200 = self.state.metrics.response_counter(200);
         tokio::pin!(shutdown);
         loop {
             let (stream, peer) = tokio::select! {

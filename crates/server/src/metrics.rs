@@ -31,7 +31,10 @@ pub struct Metrics {
     /// Bytes of blocks held by connections that stopped reading, counted
     /// sent by the scheduler and so outside its budget (capped at it).
     pub detached_bytes: Gauge,
-    pub requests: Family<StatusLabel, Counter>,
+    requests: Family<StatusLabel, Counter>,
+    /// The `requests` counter of status 200, looked up once: most
+    /// responses are 200s, and a label lookup takes the family's lock.
+    requests_ok: Counter,
     pub connections: Gauge,
     pub downloads_abandoned: Counter,
     pub downloads_parked: Counter,
@@ -53,6 +56,8 @@ pub struct Metrics {
 
 impl Metrics {
     pub fn register(registry: &mut Registry) -> Self {
+        let requests = Family::<StatusLabel, Counter>::default();
+        let requests_ok = requests.get_or_create(&StatusLabel { code: 200 }).clone();
         let m = Metrics {
             sent_bytes: Counter::default(),
             storage_read_bytes: Counter::default(),
@@ -60,7 +65,8 @@ impl Metrics {
             evictions: Counter::default(),
             resident_bytes: Gauge::default(),
             detached_bytes: Gauge::default(),
-            requests: Family::default(),
+            requests,
+            requests_ok,
             connections: Gauge::default(),
             downloads_abandoned: Counter::default(),
             downloads_parked: Counter::default(),
@@ -121,5 +127,19 @@ impl Metrics {
         );
         r.register("ktls_available", "Whether the kernel's tls module was found at start", m.ktls_available.clone());
         m
+    }
+
+    /// Counts one response of status `code`.
+    pub fn count_response(&self, code: u16) {
+        self.response_counter(code).inc();
+    }
+
+    /// The counter of responses of status `code`, to count many without a
+    /// lookup each.
+    pub fn response_counter(&self, code: u16) -> Counter {
+        match code {
+            200 => self.requests_ok.clone(),
+            _ => self.requests.get_or_create(&StatusLabel { code }).clone(),
+        }
     }
 }

@@ -59,6 +59,21 @@ impl Weighter<String, Arc<Small>> for ByBytes {
     }
 }
 
+/// A small file's kept response, as found for one request.
+pub(crate) struct Kept(Arc<Small>);
+
+impl Kept {
+    /// The version kept, while the file table or a download still holds it.
+    pub fn entry(&self) -> Option<Arc<FileEntry>> {
+        self.0.entry.upgrade()
+    }
+
+    /// The fields and bytes of a whole 200.
+    pub fn whole(&self) -> (http::HeaderMap, Bytes) {
+        (self.0.fields.clone(), self.0.body.clone())
+    }
+}
+
 pub(crate) struct SmallFiles {
     /// By request path, still percent-encoded (as the lane sees it).
     cache: Cache<String, Arc<Small>, ByBytes>,
@@ -151,19 +166,12 @@ impl SmallFiles {
         (small.id == file.id && small.body.len() as u64 == file.size).then(|| small.body.clone())
     }
 
-    /// The fields and bytes of a whole 200 for `url_path` when they are
-    /// exactly the version `file` (resolved for this request), if kept.
-    pub fn whole(&self, url_path: &str, file: &FileEntry) -> Option<(http::HeaderMap, Bytes)> {
-        let small = self.cache.get(url_path)?;
-        (small.id == file.id && small.body.len() as u64 == file.size)
-            .then(|| (small.fields.clone(), small.body.clone()))
-    }
-
-    /// The version kept for `url_path` while it is current (checked at
+    /// The kept response for `url_path` while it is current (checked at
     /// most once a second, as the lane's answers are): the full path, h2
-    /// and ranges included, then resolves it without a `stat`.
-    pub fn entry(&self, files: &FileTable, url_path: &str) -> Option<Arc<FileEntry>> {
-        self.current(files, url_path, SystemTime::now()).and_then(|small| small.entry.upgrade())
+    /// and ranges included, then resolves the path to its version without
+    /// a `stat`, and answers a plain whole GET with it.
+    pub fn kept(&self, files: &FileTable, url_path: &str) -> Option<Kept> {
+        self.current(files, url_path, SystemTime::now()).map(Kept)
     }
 
     /// Bytes held now.
@@ -262,12 +270,13 @@ mod tests {
         assert!(text.contains("\r\ndate: ") && text.ends_with("\r\n\r\nsmall file"), "{text}");
         let native = [httparse::Header { name: "Accept", value: b"application/vnd.circus.blocks" }];
         assert!(!lane("/s.txt", &native, &mut Vec::new()), "native clients go to the full path");
-        let (fields, body) = small.whole("/s.txt", &files.lookup("/s.txt").unwrap()).expect("kept whole");
+        let found = small.kept(&files, "/s.txt").expect("kept whole");
+        let (fields, body) = found.whole();
         assert_eq!(body, &b"small file"[..]);
         let wire: String = fields.iter().map(|(n, v)| format!("{n}: {}\r\n", v.to_str().unwrap())).collect();
         let head = String::from_utf8(small.cache.get("/s.txt").unwrap().head.to_vec()).unwrap();
         assert_eq!(format!("HTTP/1.1 200 OK\r\n{wire}"), head, "the same fields both ways");
-        let kept_version = small.entry(&files, "/s.txt").expect("the full path resolves the kept version");
+        let kept_version = found.entry().expect("the full path resolves the kept version");
         assert_eq!(kept_version.id, files.lookup("/s.txt").unwrap().id);
 
         // Rewritten: within a second the entry is checked again and dropped.
@@ -275,7 +284,7 @@ mod tests {
         small.cache.get("/s.txt").unwrap().checked.store(0, Ordering::Relaxed);
         assert!(!lane("/s.txt", &[], &mut Vec::new()));
         assert!(!kept(&small));
-        assert!(small.entry(&files, "/s.txt").is_none(), "the full path resolves the file anew");
+        assert!(small.kept(&files, "/s.txt").is_none(), "the full path resolves the file anew");
     }
 
     #[test]
