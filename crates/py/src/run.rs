@@ -1,6 +1,8 @@
 //! `download`: the download runs on a runtime of its own with the GIL
-//! released; the calling thread wakes every [`POLL`] to report progress and
-//! to look for Ctrl-C, and cancels the download (keeping its progress) if
+//! released; the calling thread wakes every [`POLL`] to report progress, to
+//! pass the download's notes (a resume, a start-over, a reconnect) to the
+//! `logging` module as the `circus_client` logger's INFO records, and to
+//! look for Ctrl-C, and cancels the download (keeping its progress) if
 //! either raises.
 
 use crate::{errors, options::Args, report::Report};
@@ -10,6 +12,7 @@ use std::{
     collections::HashMap,
     path::PathBuf,
     sync::Arc,
+    sync::Mutex,
     sync::atomic::{AtomicU64, Ordering},
     time::Duration,
 };
@@ -64,6 +67,7 @@ pub fn download(
     let client =
         circus_client::https_client(opts.timeout, opts.ca_file.as_deref()).map_err(|e| errors::to_py(py, &e))?;
     let counters = Arc::new(Counters::default());
+    let logger = py.import("logging")?.call_method1("getLogger", ("circus_client",))?;
     let (cancel, cancelled) = tokio::sync::oneshot::channel::<()>();
     let mut task = runtime.spawn({
         let counters = counters.clone();
@@ -80,7 +84,8 @@ pub fn download(
         if let Ok(joined) = polled {
             break joined;
         }
-        if let Err(raised) = py.check_signals().and_then(|()| counters.show(progress.as_ref(), &mut shown)) {
+        let reported = counters.log_notes(&logger).and_then(|()| counters.show(progress.as_ref(), &mut shown));
+        if let Err(raised) = py.check_signals().and_then(|()| reported) {
             let _ = cancel.send(());
             // Wait for the download to save its progress and close its part
             // file, so the same call may start again at once. (If it had
@@ -94,6 +99,7 @@ pub fn download(
         }
     };
     py.detach(move || drop(runtime));
+    counters.log_notes(&logger)?;
     let report = match joined {
         Ok(Ok(report)) => report,
         Ok(Err(e)) => return Err(errors::to_py(py, &e)),
@@ -111,13 +117,15 @@ struct Counters {
     total: AtomicU64,
     /// Bytes in place, this run's and earlier runs'.
     done: AtomicU64,
+    /// Notes not yet passed to `logging`.
+    notes: Mutex<Vec<String>>,
 }
 
 const UNKNOWN: u64 = u64::MAX;
 
 impl Default for Counters {
     fn default() -> Self {
-        Self { total: AtomicU64::new(UNKNOWN), done: AtomicU64::new(0) }
+        Self { total: AtomicU64::new(UNKNOWN), done: AtomicU64::new(0), notes: Mutex::default() }
     }
 }
 
@@ -130,9 +138,24 @@ impl ProgressSink for Counters {
     fn advance(&self, bytes: u64) {
         self.done.fetch_add(bytes, Ordering::Relaxed);
     }
+
+    fn note(&self, message: &str) {
+        self.notes.lock().expect("notes lock").push(message.to_owned());
+    }
 }
 
 impl Counters {
+    /// Logs the notes that came since the last call, at INFO, on the
+    /// calling thread (a handler may raise: that stops the download too).
+    fn log_notes(&self, logger: &Bound<'_, PyAny>) -> PyResult<()> {
+        let notes = std::mem::take(&mut *self.notes.lock().expect("notes lock"));
+        for note in notes {
+            // `%s`: a note with a `%` in it is not a format string.
+            logger.call_method1("info", ("%s", note))?;
+        }
+        Ok(())
+    }
+
     /// Calls `progress(done, total)` if anything changed since `shown`.
     fn show(&self, progress: Option<&Bound<'_, PyAny>>, shown: &mut Option<(u64, Option<u64>)>) -> PyResult<()> {
         let Some(progress) = progress else { return Ok(()) };

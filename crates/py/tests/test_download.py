@@ -2,6 +2,7 @@
 HTTP server) on 127.0.0.1, writing real files."""
 
 import http.server
+import logging
 import os
 import pathlib
 import threading
@@ -75,6 +76,22 @@ def test_an_exception_in_the_progress_callback_stops_the_download_and_the_next_c
     assert report.restarts == 0, report
     assert report.blocks_received * (64 << 10) < report.bytes - (4 << 20), report
     assert leftovers(out) == []
+
+
+def test_notes_go_to_the_logging_module_on_the_calling_thread(served, out, caplog):
+    def progress(done, total):
+        if done >= 6 << 20:
+            raise Stop(done)
+
+    with pytest.raises(Stop):
+        circus_client.download(served.url(BIG), out, progress=progress, limit_rate=4 << 20)
+    with caplog.at_level(logging.INFO, logger="circus_client"):
+        circus_client.download(served.url(BIG), out)
+    notes = [r for r in caplog.records if r.name == "circus_client"]
+    resumed = [r for r in notes if r.getMessage().startswith("resuming: ")]
+    assert resumed, [r.getMessage() for r in caplog.records]
+    assert resumed[0].levelno == logging.INFO
+    assert resumed[0].thread == threading.get_ident(), "logged by the thread that called download"
 
 
 def test_ctrl_c_stops_the_download_keeps_its_progress_and_raises_keyboard_interrupt(served, out):

@@ -18,6 +18,8 @@ only once the whole file has been checked against every digest known.
     print(report.bytes, report.protocol, report.sha256)
 
 The download runs outside the GIL; other Python threads go on meanwhile.
+Its notes (a resume, a start-over, a reconnect) are INFO records of the
+``circus_client`` logger.
 """
 
 import os
