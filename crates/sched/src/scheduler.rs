@@ -273,13 +273,12 @@ impl Scheduler {
 
     /// C12: past `queue_len`, an in-order client only takes a block already
     /// resident, while no read waits for memory and at least half the budget
-    /// stays evictable: slow plain clients each pinning a long run must not
-    /// leave later reads waiting for them to drain.
+    /// stays free or evictable: slow plain clients each pinning a long run
+    /// must not leave later reads waiting for them to drain.
     fn may_extend_run(&self, in_order: bool, file: &FileState, b: BlockIdx) -> bool {
-        in_order
-            && file.resident.contains(b)
-            && self.deferred.is_empty()
-            && self.cache.idle_blocks() * u64::from(self.cfg.block_size) >= self.cache.limit / 2
+        let idle = self.cache.idle_blocks() * u64::from(self.cfg.block_size);
+        let pinned = self.cache.used.saturating_sub(idle);
+        in_order && file.resident.contains(b) && self.deferred.is_empty() && pinned <= self.cache.limit / 2
     }
 
     /// A holder took `b` (C13): one needer fewer. When none is left the

@@ -277,6 +277,19 @@ fn c12_an_in_order_client_takes_resident_blocks_in_long_runs() {
     assert_eq!(d.completed.len(), 1);
 }
 
+#[test]
+fn c12_runs_count_free_memory_as_well_as_idle_blocks() {
+    // A resident file in a budget four times its size: the budget is mostly
+    // free, not idle, and a plain download still goes out in long runs.
+    let n = 2 * IN_ORDER_HIT_QUEUE;
+    let mut d = Driver::new(SchedConfig { cache_bytes: 4 * u64::from(n) * B, ..cfg(PolicyKind::Circus) });
+    d.join(1, 1, u64::from(n) * B, None);
+    d.drain();
+    d.in_order_joins = true;
+    d.join(2, 1, u64::from(n) * B, None);
+    assert_eq!(sends_to(&d, 2), (0..IN_ORDER_HIT_QUEUE).collect::<Vec<_>>());
+}
+
 /// Runs a cohort to the end: each round every read finishes, then each
 /// client puts on the wire about its speed (blocks per round) of its queued
 /// sends, give or take one at random (a fixed seed), as real clients never
