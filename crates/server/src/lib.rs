@@ -348,8 +348,10 @@ impl Server {
                 // The watchdog closes the connection by dropping it
                 // (whether it is in the hit lane or with hyper).
                 let watchdog = activity::watch(conn.activity.clone(), send_timeout);
+                // Boxed: the task stays small (see `Connection::serve`).
+                let served = Box::pin(conn.serve(stream, watcher));
                 tokio::select! {
-                    () = conn.serve(stream, watcher) => {}
+                    () = served => {}
                     verdict = watchdog => {
                         if verdict == activity::Verdict::Cut {
                             metrics.connections_cut.inc();
@@ -407,7 +409,10 @@ struct Connection {
 
 impl Connection {
     /// The hit lane first (after the handshake, over TLS), then hyper for
-    /// the rest of the connection's life.
+    /// the rest of the connection's life. The handshake and hyper's
+    /// connection are boxed: inline they made the connection's task several
+    /// kilobytes, copied when it is spawned and again when it ends, for
+    /// every connection, the many the lane serves alone included.
     async fn serve(self, stream: tokio::net::TcpStream, watcher: hyper_util::server::graceful::Watcher) {
         let Connection { state, lane, limits, stopping, answered, busy, builder, arena, activity, tls, log } = self;
         let peer = activity.peer();
@@ -451,13 +456,14 @@ impl Connection {
                         .around(watcher.watch(builder.serve_connection(TokioIo::new(io), service).into_owned()))
                         .await
                 } else {
-                    watcher.watch(builder.serve_connection(TokioIo::new(io), service).into_owned()).await
+                    Box::pin(watcher.watch(builder.serve_connection(TokioIo::new(io), service).into_owned())).await
                 }
             }
             Some(acceptor) => {
                 // The stamps keep the watchdog informed during the handshake too.
                 let plain = SendfileStream::new(stream, None).with_activity(activity.clone());
-                let Ok(Ok(mut encrypted)) = tokio::time::timeout(limits.idle, acceptor.accept(plain)).await else {
+                let handshake = Box::pin(tokio::time::timeout(limits.idle, acceptor.accept(plain)));
+                let Ok(Ok(mut encrypted)) = handshake.await else {
                     return tracing::debug!(?peer, "TLS handshake failed or timed out");
                 };
                 let alpn = encrypted.get_ref().1.alpn_protocol();
@@ -479,7 +485,7 @@ impl Connection {
                         .around(watcher.watch(builder.serve_connection(TokioIo::new(io), service).into_owned()))
                         .await
                 } else {
-                    watcher.watch(builder.serve_connection(TokioIo::new(io), service).into_owned()).await
+                    Box::pin(watcher.watch(builder.serve_connection(TokioIo::new(io), service).into_owned())).await
                 }
             }
         };
