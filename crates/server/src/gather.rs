@@ -74,11 +74,43 @@ impl<S: AsyncWrite + Unpin> Shared<S> {
         Poll::Ready(Ok(()))
     }
 
+    /// A large write, straight to `io`, until all of it is taken or `io`
+    /// would block. A socket may take one slice per call (a frame's header,
+    /// then its body with `sendfile`): returning after the header would
+    /// bring the body back as a write of its own, small enough to copy.
+    fn poll_pass_through(&mut self, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        let mut done = 0;
+        let (mut slice, mut offset) = (0, 0);
+        while slice < bufs.len() {
+            let first = IoSlice::new(&bufs[slice][offset..]);
+            let rest = &bufs[slice + 1..];
+            let written = match rest {
+                [] => Pin::new(&mut self.io).poll_write(cx, &first),
+                _ if offset == 0 => Pin::new(&mut self.io).poll_write_vectored(cx, &bufs[slice..]),
+                _ => Pin::new(&mut self.io).poll_write(cx, &first),
+            };
+            let n = match written {
+                Poll::Ready(Ok(n)) if n > 0 => n,
+                // What was taken is reported; the rest waits for the next call.
+                _ if done > 0 => return Poll::Ready(Ok(done)),
+                other => return other,
+            };
+            done += n;
+            // Past the `n` bytes taken, slice by slice.
+            offset += n;
+            while slice < bufs.len() && offset >= bufs[slice].len() {
+                offset -= bufs[slice].len();
+                slice += 1;
+            }
+        }
+        Poll::Ready(Ok(done))
+    }
+
     fn poll_write_vectored(&mut self, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<io::Result<usize>> {
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         if total >= PASS_THROUGH {
             ready!(self.poll_drain(cx))?;
-            return Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+            return self.poll_pass_through(cx, bufs);
         }
         if self.buf.len() + total > CAPACITY {
             ready!(self.poll_drain(cx))?;
@@ -250,6 +282,20 @@ mod tests {
             .await;
         let writes = seen.lock().unwrap().writes.clone();
         assert_eq!(writes, vec![b"head".to_vec(), vec![7; PASS_THROUGH], b"tail".to_vec()]);
+    }
+
+    #[tokio::test]
+    async fn a_large_write_the_socket_takes_in_parts_goes_through_whole() {
+        // A frame's header and its cached body in one vectored write; the
+        // socket (like `SendfileStream`) takes one slice per call. The body
+        // must not come back as a small write and be copied.
+        let (seen, io) = recorder(None);
+        let (mut stream, _gathering) = split(io);
+        let (head, body) = ([1u8; 9], [2u8; PASS_THROUGH]);
+        let slices = [IoSlice::new(&head), IoSlice::new(&body)];
+        let n = std::future::poll_fn(|cx| Pin::new(&mut stream).poll_write_vectored(cx, &slices)).await.unwrap();
+        assert_eq!(n, head.len() + body.len());
+        assert_eq!(seen.lock().unwrap().writes, vec![head.to_vec(), body.to_vec()]);
     }
 
     #[tokio::test]
