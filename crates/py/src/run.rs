@@ -85,7 +85,7 @@ pub fn download(
             break joined;
         }
         let reported = counters.log_notes(&logger).and_then(|()| counters.show(progress.as_ref(), &mut shown));
-        if let Err(raised) = py.check_signals().and_then(|()| reported) {
+        if let Err(raised) = py.check_signals().and(reported) {
             let _ = cancel.send(());
             // Wait for the download to save its progress and close its part
             // file, so the same call may start again at once. (If it had
