@@ -658,6 +658,53 @@ fn c15_ranges_of_one_file_share_the_window() {
     assert!(d.reads <= u64::from(n) + 64, "favoring storage: {} reads for {n} blocks", d.reads);
 }
 
+#[test]
+fn c15_a_range_opened_ahead_of_slower_readers_of_its_blocks_waits_for_them() {
+    // aria2c re-splits: eight ranges of 256 blocks, each read whole by two
+    // connections (speeds 1 and 2), and a third connection (speed 3) that
+    // opens each range's second half at once. Sixteen starts make the
+    // group window 8 blocks, and the second halves open 128 blocks ahead
+    // of the slower pair: with "sharing" measured in group windows they
+    // count as sharing with nobody, run ahead, and what they read is gone
+    // before the pair gets there.
+    let (n, ranges) = (2048u32, 8u32);
+    let len = n / ranges;
+    let mut d = Driver::new(storage_cfg(256));
+    d.in_order_joins = true;
+    let lacking = |from: u32, to: u32| {
+        let mut have = BlockSet::full(n);
+        (from..to).for_each(|b| _ = have.remove(b));
+        have
+    };
+    let mut clients = Vec::new();
+    for r in 0..ranges {
+        let (start, mid, end) = (r * len, r * len + len / 2, (r + 1) * len);
+        for (k, (from, speed)) in [(start, 1usize), (start, 2), (mid, 3)].into_iter().enumerate() {
+            let c = u64::from(r) * 3 + k as u64 + 1;
+            d.join(c, 1, u64::from(n) * B, Some(lacking(from, end)));
+            clients.push((c, speed));
+        }
+    }
+    for round in 0..20_000u64 {
+        while !d.pending_reads.is_empty() {
+            d.finish_read(0, false);
+        }
+        for &(c, speed) in &clients {
+            for _ in 0..speed {
+                let next = d.sendable().into_iter().find(|&i| d.pending_sends[i].0 == ClientId(c));
+                let Some(i) = next else { break };
+                d.finish_send(i);
+            }
+        }
+        d.now = (round + 1) * 1_000_000;
+        if d.active().next().is_none() {
+            break;
+        }
+    }
+    assert_eq!(d.completed.len(), clients.len(), "every range completes");
+    assert!(d.reads <= u64::from(n) + 64, "favoring storage: {} reads for {n} blocks", d.reads);
+}
+
 /// A plain download (client 1) at `plain` blocks a round from round 0, a
 /// native client (2) at `native` blocks a round from round `joins`, one
 /// file of `n` blocks; returns the storage reads.

@@ -34,6 +34,13 @@ impl Scheduler {
         self.cfg.favor == Favor::Storage && self.cfg.policy == crate::config::PolicyKind::Circus
     }
 
+    /// Half a file's share of the memory (the memory over the files with
+    /// clients): what all plain downloads of a file that read the same
+    /// blocks may spread over together.
+    fn pacing_share(&self) -> u64 {
+        self.cfg.cache_blocks() / 2 / u64::from(self.active_files.max(1))
+    }
+
     /// Blocks one group of plain downloads of a file may spread over: half
     /// the file's share of the memory (the memory over the files with
     /// clients), split among its groups. A group is the downloads that
@@ -42,7 +49,7 @@ impl Scheduler {
     /// at once. The other half holds queued runs (C12) and what the window
     /// overshoots.
     fn pacing_window(&self, file: &FileState) -> u64 {
-        let share = self.cfg.cache_blocks() / 2 / u64::from(self.active_files.max(1));
+        let share = self.pacing_share();
         let mut starts: Vec<BlockIdx> = file
             .clients
             .iter()
@@ -56,15 +63,20 @@ impl Scheduler {
     }
 
     /// Whether plain download `id` must wait before reading block `b`: a
-    /// download of its file that still shares with it (less than two
-    /// windows behind it) is a window or more behind `b`.
+    /// download of its file that still shares with it is a window or more
+    /// behind `b`. Sharing is measured in the file's share, not in a
+    /// group's window: a range a segmented downloader opens ahead of its
+    /// other connections (aria2c splits the largest gap left) is far ahead
+    /// in windows when there are many groups, yet those connections will
+    /// read its blocks soon; measured in windows it waited for nobody, and
+    /// its blocks were evicted before they came.
     pub(super) fn must_pace(&self, id: ClientId, file_id: FileId, b: BlockIdx) -> bool {
         let file = &self.files[&file_id];
         if file.resident.contains(b) || file.loading.contains(b) || file.deferred.contains(b) {
             // No new read: taking it costs storage nothing.
             return false;
         }
-        let (window, me) = (self.pacing_window(file), &self.clients[&id]);
+        let (window, share, me) = (self.pacing_window(file), self.pacing_share(), &self.clients[&id]);
         let now = self.now;
         file.clients.iter().filter(|&&c| c != id).filter_map(|c| self.clients.get(c)).any(|other| {
             // One that has picked its last block has wrapped its cursor to
@@ -75,7 +87,7 @@ impl Scheduler {
                 && !other.all_picked()
                 && !other.have.contains(b)
                 && other.cursor < me.cursor
-                && u64::from(me.cursor - other.cursor) < 2 * window
+                && u64::from(me.cursor - other.cursor) < 2 * share
                 && u64::from(b - other.cursor) >= window
                 && !self.stalled_plain(other, now)
         })
