@@ -638,22 +638,7 @@ fn c15_ranges_of_one_file_share_the_window() {
             clients.push((c, speed));
         }
     }
-    for round in 0..20_000u64 {
-        while !d.pending_reads.is_empty() {
-            d.finish_read(0, false);
-        }
-        for &(c, speed) in &clients {
-            for _ in 0..speed {
-                let next = d.sendable().into_iter().find(|&i| d.pending_sends[i].0 == ClientId(c));
-                let Some(i) = next else { break };
-                d.finish_send(i);
-            }
-        }
-        d.now = (round + 1) * 1_000_000;
-        if d.active().next().is_none() {
-            break;
-        }
-    }
+    run_ranges(&mut d, &clients);
     assert_eq!(d.completed.len(), clients.len(), "every range completes");
     assert!(d.reads <= u64::from(n) + 64, "favoring storage: {} reads for {n} blocks", d.reads);
 }
@@ -685,11 +670,20 @@ fn c15_a_range_opened_ahead_of_slower_readers_of_its_blocks_waits_for_them() {
             clients.push((c, speed));
         }
     }
+    run_ranges(&mut d, &clients);
+    assert_eq!(d.completed.len(), clients.len(), "every range completes");
+    assert!(d.reads <= u64::from(n) + 64, "favoring storage: {} reads for {n} blocks", d.reads);
+}
+
+/// Rounds of a millisecond until no download is left (at most 20,000):
+/// each round every read finishes, then each client sends up to its
+/// speed in blocks.
+fn run_ranges(d: &mut Driver, clients: &[(u64, usize)]) {
     for round in 0..20_000u64 {
         while !d.pending_reads.is_empty() {
             d.finish_read(0, false);
         }
-        for &(c, speed) in &clients {
+        for &(c, speed) in clients {
             for _ in 0..speed {
                 let next = d.sendable().into_iter().find(|&i| d.pending_sends[i].0 == ClientId(c));
                 let Some(i) = next else { break };
@@ -701,8 +695,6 @@ fn c15_a_range_opened_ahead_of_slower_readers_of_its_blocks_waits_for_them() {
             break;
         }
     }
-    assert_eq!(d.completed.len(), clients.len(), "every range completes");
-    assert!(d.reads <= u64::from(n) + 64, "favoring storage: {} reads for {n} blocks", d.reads);
 }
 
 /// A plain download (client 1) at `plain` blocks a round from round 0, a
