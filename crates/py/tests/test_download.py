@@ -94,6 +94,23 @@ def test_notes_go_to_the_logging_module_on_the_calling_thread(served, out, caplo
     assert resumed[0].thread == threading.get_ident(), "logged by the thread that called download"
 
 
+def test_a_note_with_percent_signs_is_logged_as_it_is(served, out, caplog):
+    """A note quotes URLs, whose escapes look like format directives."""
+
+    def progress(done, total):
+        if done >= 6 << 20:
+            raise Stop(done)
+
+    odd = served.url(BIG) + "?v=%25d%s"
+    with pytest.raises(Stop):
+        circus_client.download(odd, out, progress=progress, limit_rate=4 << 20)
+    with caplog.at_level(logging.INFO, logger="circus_client"):
+        circus_client.download(served.url(BIG), out)
+    messages = [r.getMessage() for r in caplog.records if r.name == "circus_client"]
+    assert any(odd in m and "starting over" in m for m in messages), messages
+    assert sha256_of(out) == served.sha256[BIG]
+
+
 def test_ctrl_c_stops_the_download_keeps_its_progress_and_raises_keyboard_interrupt(served, out):
     timer = threading.Timer(1.6, _thread.interrupt_main)
     timer.start()
