@@ -120,7 +120,10 @@ pub async fn run(
                 class_bps: point.links.iter().map(|l| l.bits_per_s).collect(),
                 per_class: point.clients(),
                 loss: point.loss,
-                delay_s: point.rtt_s,
+                line: (point.rtt_s > 0.0).then(|| crate::delay::LineSpec {
+                    delay: std::time::Duration::from_secs_f64(point.rtt_s),
+                    ..Default::default()
+                }),
             })?),
             LinkMode::ClientThrottle if point.loss > 0.0 || point.rtt_s > 0.0 => {
                 return Err(BenchError::Setup(

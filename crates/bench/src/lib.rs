@@ -38,6 +38,10 @@
 //!   zero-window HTTP/2, idle, slowloris and overlapping-range attackers;
 //!   throughput against a quiet run, small-request p99, memory; circus and
 //!   nginx.
+//! - `signature-latency`, `signature-overhead`, `signature-bandwidth`:
+//!   Martin's signature curves (response time against delivered
+//!   operations per second as offered load rises), one per added latency,
+//!   per-request overhead or link bandwidth; circus and nginx.
 //!
 //! The paper's experiments, in [`experiment`] with the scenarios
 //! in [`scenarios`]: every server of a comparison reads through one emulated
@@ -67,6 +71,7 @@ mod procs;
 mod range_log;
 mod report;
 pub mod scenarios;
+mod signature;
 mod slow;
 mod squid;
 mod versus;
@@ -153,8 +158,11 @@ pub async fn run(name: &str, opts: &BenchOptions, log: &mut (dyn FnMut(&str) + S
         "wpb" => wpb::run(opts, wpb::Variant::Fast, log).await,
         "wpb-modem" => wpb::run(opts, wpb::Variant::Modem, log).await,
         "boot" => boot::run(opts, log).await,
+        "signature-latency" => signature::run(signature::Sweep::Latency, opts, log).await,
+        "signature-overhead" => signature::run(signature::Sweep::Overhead, opts, log).await,
+        "signature-bandwidth" => signature::run(signature::Sweep::Bandwidth, opts, log).await,
         other => Err(BenchError::Setup(format!(
-            "unknown scenario {other:?}: use abuse, amplification, amplification-plain, amplification-mixed, amplification-segmented, amplification-curl, origin-amplification, hot, https, defaults, slow, lava, origin, wpb, wpb-modem, boot or one of {}",
+            "unknown scenario {other:?}: use abuse, amplification, amplification-plain, amplification-mixed, amplification-segmented, amplification-curl, origin-amplification, hot, https, defaults, slow, lava, origin, wpb, wpb-modem, boot, signature-latency, signature-overhead, signature-bandwidth or one of {}",
             scenarios::NAMES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
         ))),
     }

@@ -122,6 +122,12 @@ async fn connection(
 /// `(status, head length, body length)` of the first response in `buf`
 /// once it is all there. Only Content-Length framing is expected.
 fn parse(buf: &[u8]) -> Result<Option<(u16, usize, usize)>, BenchError> {
+    Ok(parse_head(buf)?.filter(|&(_, head, len)| buf.len() >= head + len))
+}
+
+/// `(status, head length, body length)` of the response starting `buf`
+/// once its head is all there. Only Content-Length framing is expected.
+pub(crate) fn parse_head(buf: &[u8]) -> Result<Option<(u16, usize, usize)>, BenchError> {
     let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else { return Ok(None) };
     let head = std::str::from_utf8(&buf[..end]).map_err(|_| BenchError::Client("non-UTF-8 response head".into()))?;
     let status = head.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
@@ -132,7 +138,7 @@ fn parse(buf: &[u8]) -> Result<Option<(u16, usize, usize)>, BenchError> {
             n.eq_ignore_ascii_case("content-length").then(|| v.trim().parse::<usize>().ok())?
         })
         .ok_or_else(|| BenchError::Client("response without Content-Length".into()))?;
-    Ok((buf.len() >= end + 4 + len).then_some((status, end + 4, len)))
+    Ok(Some((status, end + 4, len)))
 }
 
 #[cfg(test)]

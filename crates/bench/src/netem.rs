@@ -6,11 +6,11 @@
 //!
 //! netem is not built on these kernels (docs: /work/shared/research/env.md),
 //! so random loss is an iptables `statistic` rule on the receiving (client)
-//! side, and added delay an NFQUEUE rule feeding the Rust delay line of
-//! [`crate::delay`]. With either, and with links under 1 Mbit/s,
-//! segmentation offloads are switched off on both veth ends so that a
-//! dropped, delayed or rate-limited packet is one MTU-sized segment, not a
-//! 64 KiB super-packet. The servers' congestion
+//! side, and added delay or per-message overhead NFQUEUE rules feeding the
+//! Rust line of [`crate::delay`]. With loss, with the line (unless it takes
+//! super-packets) and with links under 1 Mbit/s, segmentation offloads are
+//! switched off on both veth ends so that a dropped, delayed or
+//! rate-limited packet is one MTU-sized segment, not a 64 KiB super-packet. The servers' congestion
 //! control is pinned to reno in their namespace (the machine default is
 //! BBR; the paper's FreeBSD 4.5 ran NewReno, and a namespace may only pick
 //! from `tcp_allowed_congestion_control`, which holds reno and bbr here). Everything is created with names unique to the run and removed on
@@ -19,7 +19,7 @@
 //! The command lists are built by pure functions ([`NetPlan`]) so they can be
 //! unit-tested; [`Network::up`] runs them with `ip -batch` and `tc -batch`.
 
-use crate::{BenchError, io_err};
+use crate::{BenchError, delay::LineSpec, io_err};
 use std::{
     net::Ipv4Addr,
     process::{Command, Stdio},
@@ -41,8 +41,9 @@ pub struct NetPlan {
     pub per_class: usize,
     /// Random loss probability on the server-to-client path.
     pub loss: f64,
-    /// Delay added to the server-to-client path, seconds (= added RTT).
-    pub delay_s: f64,
+    /// The NFQUEUE line every client packet passes (delay added to the
+    /// server-to-client path, overhead per request), if any.
+    pub line: Option<LineSpec>,
 }
 
 impl NetPlan {
@@ -131,7 +132,7 @@ impl NetPlan {
     /// at once and then hold the class for its whole length (18 s at
     /// 28.8 kbit/s), so a small object would arrive in one burst.
     pub fn small_segments(&self) -> bool {
-        self.loss > 0.0 || self.delay_s > 0.0 || self.class_bps.iter().any(|&b| b < 1e6)
+        self.loss > 0.0 || self.line.is_some_and(|l| !l.super_packets) || self.class_bps.iter().any(|&b| b < 1e6)
     }
 
     /// The NFQUEUE number of the delay line.
@@ -147,11 +148,18 @@ impl NetPlan {
         let control = self.control_ip().to_string();
         let tag = ["!", "-d", &control, "-m", "comment", "--comment", &self.namespace()].map(String::from);
         let mut rules = Vec::new();
-        if self.delay_s > 0.0 {
-            let mut r: Vec<String> = ["-t", "mangle", "PREROUTING", "-i", &vc].map(String::from).to_vec();
-            r.extend(tag.iter().cloned());
-            r.extend(["-j", "NFQUEUE", "--queue-num", &self.queue().to_string(), "--queue-bypass"].map(String::from));
-            rules.push(r);
+        if self.line.is_some() {
+            // From the server (delayed), and to it (overhead per request).
+            let from: Vec<String> =
+                ["-t", "mangle", "PREROUTING", "-i", &vc, "!", "-d", &control].map(String::from).into();
+            let to: Vec<String> = ["-t", "mangle", "OUTPUT", "-o", &vc, "!", "-s", &control].map(String::from).into();
+            for mut r in [from, to] {
+                r.extend(tag[3..].iter().cloned());
+                r.extend(
+                    ["-j", "NFQUEUE", "--queue-num", &self.queue().to_string(), "--queue-bypass"].map(String::from),
+                );
+                rules.push(r);
+            }
         }
         if self.loss > 0.0 {
             let mut r: Vec<String> = ["-t", "filter", "INPUT", "-i", &vc].map(String::from).to_vec();
@@ -193,7 +201,7 @@ fn slow_link_queue(bps: f64) -> Option<u64> {
 pub struct Network {
     pub plan: NetPlan,
     rules: Vec<Vec<String>>,
-    delay: Option<crate::delay::DelayLine>,
+    line: Option<crate::delay::DelayLine>,
 }
 
 impl Network {
@@ -201,7 +209,7 @@ impl Network {
     pub fn up(plan: NetPlan) -> Result<Network, BenchError> {
         remove_stale();
         // From here on, drop removes whatever part was built.
-        let mut net = Network { plan, rules: Vec::new(), delay: None };
+        let mut net = Network { plan, rules: Vec::new(), line: None };
         run_batch(&["ip", "-batch", "-"], &net.plan.ip_batch())?;
         run_batch(&["ip", "-n", &net.plan.namespace(), "-batch", "-"], &net.plan.ns_ip_batch())?;
         let mut tc = net.plan.exec_in();
@@ -222,11 +230,8 @@ impl Network {
             b.extend(off.iter().cloned());
             run(&b)?;
         }
-        if net.plan.delay_s > 0.0 {
-            net.delay = Some(crate::delay::DelayLine::start(
-                net.plan.queue(),
-                std::time::Duration::from_secs_f64(net.plan.delay_s),
-            )?);
+        if let Some(spec) = net.plan.line {
+            net.line = Some(crate::delay::DelayLine::start(net.plan.queue(), spec)?);
         }
         for rule in net.plan.iptables_rules() {
             run(&NetPlan::iptables_argv(&rule, true))?;
@@ -258,7 +263,7 @@ impl Drop for Network {
             let argv = NetPlan::iptables_argv(&rule, false);
             let _ = Command::new(&argv[0]).args(&argv[1..]).status();
         }
-        self.delay.take();
+        self.line.take();
         let _ = Command::new("ip").args(["netns", "del", &self.plan.namespace()]).stderr(Stdio::null()).status();
         let (_, vc) = self.plan.veths();
         let _ = Command::new("ip").args(["link", "del", &vc]).stderr(Stdio::null()).status();
@@ -345,7 +350,7 @@ mod tests {
             class_bps: vec![10e6, 44.736e6],
             per_class: 2,
             loss: 0.0,
-            delay_s: 0.0,
+            line: None,
         }
     }
 
@@ -394,7 +399,8 @@ mod tests {
     #[test]
     fn loss_and_delay_rules_sit_on_the_client_side_and_are_removable() {
         assert!(plan().iptables_rules().is_empty(), "no rules without loss or delay");
-        let p = NetPlan { loss: 0.1, delay_s: 0.075, ..plan() };
+        let line = LineSpec { delay: std::time::Duration::from_millis(75), ..LineSpec::default() };
+        let p = NetPlan { loss: 0.1, line: Some(line), ..plan() };
         let rules = p.iptables_rules();
         let add: Vec<String> = rules.iter().map(|r| NetPlan::iptables_argv(r, true).join(" ")).collect();
         assert_eq!(
@@ -403,9 +409,16 @@ mod tests {
         );
         assert_eq!(
             add[1],
+            "iptables -w -t mangle -A OUTPUT -o cbn42c ! -s 10.150.250.1 -m comment --comment cbn42 -j NFQUEUE --queue-num 1042 --queue-bypass"
+        );
+        assert_eq!(
+            add[2],
             "iptables -w -t filter -A INPUT -i cbn42c ! -d 10.150.250.1 -m comment --comment cbn42 -m statistic --mode random --probability 0.1 -j DROP"
         );
-        let del = NetPlan::iptables_argv(&rules[1], false).join(" ");
-        assert_eq!(del, add[1].replace(" -A ", " -D "));
+        let del = NetPlan::iptables_argv(&rules[2], false).join(" ");
+        assert_eq!(del, add[2].replace(" -A ", " -D "));
+        assert!(p.small_segments(), "one MTU per delayed or dropped packet");
+        let whole = NetPlan { line: Some(LineSpec { super_packets: true, ..line }), ..plan() };
+        assert!(!whole.small_segments(), "a line taking super-packets keeps the offloads");
     }
 }

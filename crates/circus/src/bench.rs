@@ -40,7 +40,10 @@ pub struct BenchArgs {
     /// wpb (cold phase, then recency-weighted repeats, against a delayed origin;
     /// the tier, then Varnish and Squid when installed),
     /// wpb-modem (the same behind 28.8 kbit/s client links, scaled; default 200 clients),
-    /// boot (Lava's boot scenario, scaled: boot latency mean and sd).
+    /// boot (Lava's boot scenario, scaled: boot latency mean and sd),
+    /// signature-latency, signature-overhead, signature-bandwidth (Martin's
+    /// signature curves for a content-server mix as one-way latency,
+    /// per-request overhead or link bandwidth varies; circus vs nginx; root).
     #[arg(required_unless_present = "quick")]
     scenario: Option<String>,
     /// The CI smoke run (the `quick` scenario, under 2 minutes).
@@ -51,9 +54,10 @@ pub struct BenchArgs {
     /// scenarios: overrides every point's).
     #[arg(long)]
     file_size: Option<ByteSize>,
-    /// Seconds per timed load (https, defaults).
-    #[arg(long, default_value_t = 5.0)]
-    seconds: f64,
+    /// Seconds per timed load (https, defaults: default 5) or per step of
+    /// offered load (signature-*: default 2).
+    #[arg(long)]
+    seconds: Option<f64>,
     /// Alternating rounds of every load against each server (https, defaults).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
@@ -181,7 +185,7 @@ pub fn main(args: BenchArgs) -> anyhow::Result<()> {
         cache: args.cache.map_or(64 << 20, |c| c.0),
         seed: args.seed,
         server_args: args.server_args.clone(),
-        seconds: args.seconds,
+        seconds: args.seconds.unwrap_or(if name.starts_with("signature-") { 2.0 } else { 5.0 }),
         rounds: args.rounds.max(1),
     };
     let report = runtime

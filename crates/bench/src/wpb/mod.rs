@@ -107,7 +107,7 @@ fn modem_links(clients: usize) -> Result<Links, BenchError> {
         class_bps: vec![MODEM_BPS; classes],
         per_class: clients.div_ceil(classes),
         loss: 0.0,
-        delay_s: 0.0,
+        line: None,
     };
     Ok(Links { net: Some(Network::up(plan)?), mode: "kernel (netns + veth + HTB class per client, reno)" })
 }

@@ -1,0 +1,360 @@
+//! Signature curves (Martin's method for SPECsfs): response time against
+//! delivered operations per second as offered load rises, one curve per
+//! added one-way latency L, per-request host overhead o, or link
+//! bandwidth; circus and nginx in the same run, on the same emulated
+//! network and the same content-server mix ([`mix`]).
+//!
+//! The servers run in a network namespace behind a veth pair; every packet
+//! between them and the load generator passes the NFQUEUE line of
+//! [`crate::delay`], at every point including the baseline, so that only
+//! the swept parameter differs between curves. L is added to packets from
+//! the server; o is CPU the host spends, one request at a time, on each
+//! request packet; bandwidth is the HTB rate of the server's link.
+//!
+//! Offered load follows one ladder for both servers: fractions of the
+//! higher of their capacities at the baseline, found first by doubling the
+//! rate until a step saturates. A curve stops once two steps deliver under
+//! 85% of what was offered.
+
+mod mix;
+mod openloop;
+mod plot;
+
+use crate::{
+    BenchError, BenchOptions, Report, Row,
+    delay::LineSpec,
+    io_err, make_file,
+    netem::{NetPlan, Network},
+    procs::ServerProc,
+};
+use mix::Mix;
+use openloop::{Step, Target};
+use std::time::Duration;
+
+/// What a sweep varies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sweep {
+    Latency,
+    Overhead,
+    Bandwidth,
+}
+
+impl Sweep {
+    pub fn name(self) -> &'static str {
+        match self {
+            Sweep::Latency => "latency",
+            Sweep::Overhead => "overhead",
+            Sweep::Bandwidth => "bandwidth",
+        }
+    }
+
+    /// The values swept, in the unit of [`Sweep::unit`]; the first is the
+    /// baseline.
+    pub fn values(self) -> &'static [f64] {
+        match self {
+            // One-way, microseconds: the LAN range, then WAN.
+            Sweep::Latency => &[0.0, 10.0, 50.0, 150.0, 500.0, 1000.0, 4000.0, 10_000.0, 20_000.0, 40_000.0],
+            // Per request, microseconds.
+            Sweep::Overhead => &[0.0, 5.0, 10.0, 20.0, 50.0, 100.0],
+            // The server's link, Mbit/s.
+            Sweep::Bandwidth => &[40_000.0, 10_000.0, 1000.0, 100.0],
+        }
+    }
+
+    pub fn unit(self) -> &'static str {
+        match self {
+            Sweep::Latency => "L (us, one-way)",
+            Sweep::Overhead => "o (us per request)",
+            Sweep::Bandwidth => "link (Mbit/s)",
+        }
+    }
+
+    fn line(self, value: f64) -> LineSpec {
+        let us = |v: f64| Duration::from_secs_f64(v / 1e6);
+        match self {
+            Sweep::Latency => LineSpec { delay: us(value), super_packets: true, ..LineSpec::default() },
+            Sweep::Overhead => LineSpec { overhead: us(value), super_packets: true, ..LineSpec::default() },
+            Sweep::Bandwidth => LineSpec { super_packets: true, ..LineSpec::default() },
+        }
+    }
+
+    fn link_bps(self, value: f64) -> f64 {
+        match self {
+            Sweep::Bandwidth => value * 1e6,
+            _ => Sweep::Bandwidth.values()[0] * 1e6,
+        }
+    }
+}
+
+/// Fractions of the baseline capacity offered, in order.
+const LADDER: [f64; 9] = [0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25];
+
+/// A step delivering under this share of its offered load is past saturation.
+const KEEPS_UP: f64 = 0.85;
+
+/// One server's curve at one value of the sweep.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Curve {
+    pub server: String,
+    pub value: f64,
+    pub steps: Vec<Step>,
+}
+
+impl Curve {
+    /// The most responses per second any step delivered.
+    pub fn saturation(&self) -> f64 {
+        self.steps.iter().map(|s| s.delivered).fold(0.0, f64::max)
+    }
+
+    /// Mean response time at the lightest step, ms.
+    pub fn light_mean_ms(&self) -> f64 {
+        self.steps.first().map_or(f64::NAN, |s| s.mean_ms)
+    }
+
+    pub fn light_p95_ms(&self) -> f64 {
+        self.steps.first().map_or(f64::NAN, |s| s.p95_ms)
+    }
+}
+
+/// The least-squares slope of `y` against `x`.
+pub fn slope(points: &[(f64, f64)]) -> f64 {
+    let n = points.len() as f64;
+    let (mx, my) = points.iter().fold((0.0, 0.0), |(a, b), &(x, y)| (a + x / n, b + y / n));
+    let (num, den) = points.iter().fold((0.0, 0.0), |(a, b), &(x, y)| (a + (x - mx) * (y - my), b + (x - mx).powi(2)));
+    if den == 0.0 { f64::NAN } else { num / den }
+}
+
+/// The largest added latency (us) whose light-load mean response is
+/// within 10% of the baseline's: the edge of the insensitive region.
+pub fn insensitive_edge(curves: &[&Curve]) -> f64 {
+    let base = curves.first().map_or(f64::NAN, |c| c.light_mean_ms());
+    curves.iter().take_while(|c| c.light_mean_ms() <= base * 1.1).last().map_or(0.0, |c| c.value)
+}
+
+/// Response time added per unit of added one-way latency, at light load,
+/// over the points from 1 ms up (the linear region).
+pub fn latency_sensitivity(curves: &[&Curve]) -> f64 {
+    let points: Vec<(f64, f64)> =
+        curves.iter().filter(|c| c.value >= 1000.0).map(|c| (c.value, c.light_mean_ms() * 1e3)).collect();
+    slope(&points)
+}
+
+pub async fn run(sweep: Sweep, opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Result<Report, BenchError> {
+    if !crate::netem::is_root() {
+        return Err(BenchError::Setup("signature curves need root (network namespace, NFQUEUE, HTB)".into()));
+    }
+    let mix = Mix::content_server();
+    let root = opts.work.join("signature");
+    std::fs::create_dir_all(&root).map_err(io_err("creating data dir"))?;
+    for (i, o) in mix.objects().enumerate() {
+        make_file(&root.join(&o.name), o.size, opts.seed + i as u64)?;
+    }
+    let total: u64 = mix.objects().map(|o| o.size).sum();
+    let cache = (total / 15 * 16 + (64 << 20)).max(opts.cache);
+    let step_for = Duration::from_secs_f64(opts.seconds);
+    let mut ladder: Option<Vec<f64>> = None;
+    let mut curves: Vec<Curve> = Vec::new();
+    for (v, &value) in sweep.values().iter().enumerate() {
+        let plan = NetPlan {
+            id: std::process::id(),
+            subnet: Network::free_subnet(std::process::id())?,
+            server_link_bps: sweep.link_bps(value),
+            class_bps: vec![sweep.link_bps(value)],
+            per_class: 8,
+            loss: 0.0,
+            line: Some(sweep.line(value)),
+        };
+        let net = Network::up(plan)?;
+        let host = net.plan.server_ip().to_string();
+        let wrap = net.plan.exec_in();
+        let mut args = vec!["--cache".to_string(), cache.to_string()];
+        args.extend(opts.server_args.iter().cloned());
+        let servers = [
+            ServerProc::circus_at(&opts.circus, &root, &args, &host, &wrap)?,
+            ServerProc::nginx_at(&root, &opts.work, false, &host, &wrap)?,
+        ];
+        let targets: Vec<Target> = servers
+            .iter()
+            .map(|s| {
+                let server = s.addr.parse().map_err(|e| BenchError::Setup(format!("{}: {e}", s.addr)))?;
+                let sources = (0..net.plan.per_class).map(|i| net.plan.client_ip(0, i)).collect();
+                Ok(Target { server, sources, max_conns: 2048 })
+            })
+            .collect::<Result<_, BenchError>>()?;
+        for t in &targets {
+            openloop::fetch_each(t, &mix).await?;
+        }
+        let rates = match &ladder {
+            Some(l) => l.clone(),
+            None => {
+                let mut top: f64 = 0.0;
+                for (s, t) in servers.iter().zip(&targets) {
+                    let c = capacity(t, &mix, opts.seed).await?;
+                    log(&format!("  {}: capacity about {c:.0} requests/s", s.name));
+                    top = top.max(c);
+                }
+                let l: Vec<f64> = LADDER.iter().map(|f| (f * top).round().max(1.0)).collect();
+                ladder = Some(l.clone());
+                l
+            }
+        };
+        for (s, t) in servers.iter().zip(&targets) {
+            let mut steps = Vec::new();
+            let mut behind = 0;
+            for (i, &rate) in rates.iter().enumerate() {
+                let st = openloop::step(t, &mix, rate, step_for, opts.seed + i as u64).await?;
+                log(&format!(
+                    "{} {} = {value}: offered {rate:.0}/s delivered {:.0}/s mean {:.3} ms p95 {:.3} ms{}{}",
+                    s.name,
+                    sweep.name(),
+                    st.delivered,
+                    st.mean_ms,
+                    st.p95_ms,
+                    if st.failed > 0 { format!(" ({} failed)", st.failed) } else { String::new() },
+                    if st.saturated { " (saturated)" } else { "" },
+                ));
+                if st.delivered < KEEPS_UP * rate {
+                    behind += 1;
+                }
+                steps.push(st);
+                if behind >= 2 {
+                    break;
+                }
+            }
+            curves.push(Curve { server: s.name.clone(), value, steps });
+        }
+        log(&format!("{} {}/{} done", sweep.name(), v + 1, sweep.values().len()));
+    }
+    let plot_path = opts.work.join(format!("signature-{}.svg", sweep.name()));
+    plot::write(sweep, &curves, &plot_path)?;
+    log(&format!("plot: {}", plot_path.display()));
+    Ok(report(sweep, &curves, &mix, opts, cache))
+}
+
+/// Roughly the highest rate a server keeps up with: the rate doubles from
+/// 250/s until a one-second step delivers under [`KEEPS_UP`] of it.
+async fn capacity(target: &Target, mix: &Mix, seed: u64) -> Result<f64, BenchError> {
+    let mut rate = 250.0;
+    let mut best: f64 = 0.0;
+    for _ in 0..12 {
+        let st = openloop::step(target, mix, rate, Duration::from_secs(1), seed).await?;
+        best = best.max(st.delivered);
+        if st.delivered < KEEPS_UP * rate || st.saturated {
+            break;
+        }
+        rate *= 2.0;
+    }
+    Ok(best)
+}
+
+fn report(sweep: Sweep, curves: &[Curve], mix: &Mix, opts: &BenchOptions, cache: u64) -> Report {
+    let names: std::collections::BTreeSet<&str> = curves.iter().map(|c| c.server.as_str()).collect();
+    let rows = curves
+        .iter()
+        .map(|c| {
+            Row::new(&c.server)
+                .with(sweep.name(), c.value)
+                .with("saturation_ops_s", c.saturation())
+                .with("light_mean_ms", c.light_mean_ms())
+                .with("light_p95_ms", c.light_p95_ms())
+                .with("steps", c.steps.len() as f64)
+        })
+        .collect();
+    let circus: Vec<&Curve> = curves.iter().filter(|c| c.server == "circus").collect();
+    let nginx: Vec<&Curve> = curves.iter().filter(|c| c.server != "circus").collect();
+    let below: Vec<String> = circus
+        .iter()
+        .zip(&nginx)
+        .filter(|(c, n)| c.saturation() < n.saturation())
+        .map(|(c, n)| format!("{} at {} ({:.0} < {:.0})", sweep.name(), c.value, c.saturation(), n.saturation()))
+        .collect();
+    let mut verdict = if below.is_empty() {
+        format!("circus saturates at or above nginx at every {} tested", sweep.name())
+    } else {
+        format!("circus saturates below nginx at: {}", below.join(", "))
+    };
+    match sweep {
+        Sweep::Latency => {
+            verdict.push_str(&format!(
+                "; the slow-start model: at most {:.2} x (one round trip per window doubling from a fresh initial window)",
+                mix.model_latency_slope()
+            ));
+            for (name, set) in [("circus", &circus), ("nginx", &nginx)] {
+                verdict.push_str(&format!(
+                    "; {name}: light-load response grows {:.2} x the added latency from 1 ms, insensitive up to {} us",
+                    latency_sensitivity(set),
+                    insensitive_edge(set),
+                ));
+            }
+        }
+        Sweep::Overhead => {
+            for (name, set) in [("circus", &circus), ("nginx", &nginx)] {
+                let points: Vec<(f64, f64)> = set.iter().map(|c| (c.value, c.saturation())).collect();
+                verdict.push_str(&format!(
+                    "; {name}: saturation changes {:.0} requests/s per us of overhead",
+                    slope(&points)
+                ));
+            }
+        }
+        Sweep::Bandwidth => {}
+    }
+    Report {
+        scenario: format!("signature-{}", sweep.name()),
+        setup: format!(
+            "servers in a network namespace, every packet through an NFQUEUE line; open-loop Poisson load of \
+             the content-server mix ({:.0} KiB per request on average; small/medium/large {}), offered in steps \
+             of {} s on one ladder for both servers; nginx {} workers (sendfile, tcp_nopush, open_file_cache), \
+             circus defaults + --cache {cache}; servers: {}",
+            mix.mean_bytes() / 1024.0,
+            mix.classes.iter().map(|c| format!("{:.0}%", c.share * 100.0)).collect::<Vec<_>>().join("/"),
+            opts.seconds,
+            crate::procs::nginx_workers(),
+            names.into_iter().collect::<Vec<_>>().join(", "),
+        ),
+        verdict,
+        rows,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn curve(value: f64, light_ms: f64, peak: f64) -> Curve {
+        let step = |delivered: f64, mean_ms: f64| Step { offered: delivered, delivered, mean_ms, ..Step::default() };
+        Curve { server: "circus".into(), value, steps: vec![step(peak / 10.0, light_ms), step(peak, light_ms * 5.0)] }
+    }
+
+    #[test]
+    fn the_slope_of_a_line_is_its_gradient() {
+        assert!((slope(&[(0.0, 1.0), (1.0, 4.0), (2.0, 7.0)]) - 3.0).abs() < 1e-9);
+        assert!(slope(&[(1.0, 1.0)]).is_nan());
+    }
+
+    #[test]
+    fn latency_sensitivity_and_the_insensitive_edge_come_from_light_load() {
+        // 0.3 ms flat up to 150 us, then 3 x the added latency.
+        let curves: Vec<Curve> = [0.0, 10.0, 150.0, 1000.0, 4000.0, 10_000.0]
+            .iter()
+            .map(|&l| curve(l, if l <= 150.0 { 0.3 } else { 0.3 + 3.0 * l / 1e3 }, 1000.0))
+            .collect();
+        let refs: Vec<&Curve> = curves.iter().collect();
+        assert!((latency_sensitivity(&refs) - 3.0).abs() < 1e-9);
+        assert_eq!(insensitive_edge(&refs), 150.0);
+        assert_eq!(curves[0].saturation(), 1000.0);
+    }
+
+    #[test]
+    fn every_sweep_starts_at_its_baseline_and_passes_every_packet_through_the_line() {
+        for sweep in [Sweep::Latency, Sweep::Overhead, Sweep::Bandwidth] {
+            let first = sweep.values()[0];
+            let line = sweep.line(first);
+            assert_eq!((line.delay, line.overhead), (Duration::ZERO, Duration::ZERO), "{sweep:?}");
+            assert!(line.super_packets);
+            assert_eq!(sweep.link_bps(first), 40e9, "{sweep:?}");
+        }
+        assert_eq!(Sweep::Latency.line(4000.0).delay, Duration::from_millis(4));
+        assert_eq!(Sweep::Overhead.line(20.0).overhead, Duration::from_micros(20));
+        assert_eq!(Sweep::Bandwidth.link_bps(100.0), 100e6);
+    }
+}

@@ -1,0 +1,212 @@
+//! An open-loop load: requests arrive as a Poisson process at a set rate,
+//! whether or not earlier ones were answered (as SPECsfs offers load, and
+//! unlike wrk, whose connections wait for each answer and so slow down
+//! with the server). Each request takes an idle keep-alive connection, or
+//! opens one, up to a cap; past the cap it waits for one, and that wait
+//! counts in its response time.
+//!
+//! Arrivals are released on the runtime's timer ticks (1 ms): response
+//! time counts from release, so the timer's lateness is not in it. A step
+//! whose backlog passes a second of arrivals is saturated: it stops
+//! offering and reports what was delivered.
+
+use super::mix::Mix;
+use crate::{BenchError, loadgen::parse_head};
+use rand::{Rng, SeedableRng};
+use std::{
+    net::{Ipv4Addr, SocketAddr},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{TcpSocket, TcpStream},
+    sync::Semaphore,
+};
+
+/// Where the load goes, and the addresses it comes from (round-robin).
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub server: SocketAddr,
+    pub sources: Vec<Ipv4Addr>,
+    /// Most connections open at once.
+    pub max_conns: usize,
+}
+
+/// What one step of offered load delivered.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Step {
+    /// Requests per second offered.
+    pub offered: f64,
+    /// Responses per second delivered.
+    pub delivered: f64,
+    pub mean_ms: f64,
+    pub p95_ms: f64,
+    /// Requests that failed or were still unanswered at the end.
+    pub failed: u64,
+    /// The backlog passed a second of arrivals: offering stopped early.
+    pub saturated: bool,
+}
+
+/// How long answers may take after the step's offering ends.
+const DRAIN: Duration = Duration::from_secs(10);
+
+struct Pool {
+    target: Target,
+    idle: Mutex<Vec<TcpStream>>,
+    permits: Semaphore,
+    next_source: AtomicUsize,
+}
+
+impl Pool {
+    async fn take(&self) -> Result<TcpStream, BenchError> {
+        if let Some(c) = self.idle.lock().expect("pool lock").pop() {
+            return Ok(c);
+        }
+        let n = self.next_source.fetch_add(1, Ordering::Relaxed);
+        let source = self.target.sources[n % self.target.sources.len()];
+        let fail = |e: std::io::Error| BenchError::Client(format!("connecting to {}: {e}", self.target.server));
+        let socket = TcpSocket::new_v4().map_err(fail)?;
+        socket.bind(SocketAddr::from((source, 0))).map_err(fail)?;
+        let stream = socket.connect(self.target.server).await.map_err(fail)?;
+        stream.set_nodelay(true).map_err(fail)?;
+        Ok(stream)
+    }
+
+    fn give_back(&self, c: TcpStream) {
+        self.idle.lock().expect("pool lock").push(c);
+    }
+}
+
+/// Offers `rate` requests per second of `mix` for `duration`.
+pub async fn step(target: &Target, mix: &Mix, rate: f64, duration: Duration, seed: u64) -> Result<Step, BenchError> {
+    let pool = Arc::new(Pool {
+        target: target.clone(),
+        idle: Mutex::new(Vec::new()),
+        permits: Semaphore::new(target.max_conns),
+        next_source: AtomicUsize::new(0),
+    });
+    let requests: Arc<Vec<(String, Vec<u8>)>> = Arc::new(
+        mix.objects()
+            .map(|o| (o.name.clone(), format!("GET /{} HTTP/1.1\r\nHost: bench\r\n\r\n", o.name).into_bytes()))
+            .collect(),
+    );
+    let index = |name: &str| requests.iter().position(|(n, _)| n == name).expect("object of the mix");
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Option<Duration>>();
+    let mut tasks = tokio::task::JoinSet::new();
+    let start = Instant::now();
+    let mut next_at = 0.0;
+    let (mut released, mut answered) = (0u64, 0u64);
+    let mut latencies: Vec<Duration> = Vec::new();
+    let mut failed = 0u64;
+    let mut saturated = false;
+    loop {
+        next_at += -(1.0 - rng.random::<f64>()).ln() / rate;
+        if next_at >= duration.as_secs_f64() {
+            break;
+        }
+        tokio::time::sleep_until((start + Duration::from_secs_f64(next_at)).into()).await;
+        while let Ok(outcome) = rx.try_recv() {
+            answered += 1;
+            match outcome {
+                Some(l) => latencies.push(l),
+                None => failed += 1,
+            }
+        }
+        if (released - answered) as f64 > rate {
+            saturated = true;
+            break;
+        }
+        let (pool, requests, tx) = (pool.clone(), requests.clone(), tx.clone());
+        let which = index(&mix.pick(&mut rng).name);
+        released += 1;
+        tasks.spawn(async move {
+            let t = Instant::now();
+            let ok = exchange(&pool, &requests[which].1).await.is_ok();
+            let _ = tx.send(ok.then(|| t.elapsed()));
+        });
+    }
+    drop(tx);
+    let offered_for = start.elapsed();
+    let drain_until = tokio::time::Instant::now() + DRAIN;
+    let mut last = Instant::now();
+    while answered < released {
+        match tokio::time::timeout_at(drain_until, rx.recv()).await {
+            Ok(Some(outcome)) => {
+                answered += 1;
+                last = Instant::now();
+                match outcome {
+                    Some(l) => latencies.push(l),
+                    None => failed += 1,
+                }
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    failed += released - answered;
+    tasks.abort_all();
+    let served_for = (last - start).max(offered_for).as_secs_f64();
+    latencies.sort_unstable();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let mean_ms = latencies.iter().map(|&d| ms(d)).sum::<f64>() / latencies.len().max(1) as f64;
+    let p95_ms = latencies.get(latencies.len() * 95 / 100).map_or(0.0, |&d| ms(d));
+    Ok(Step { offered: rate, delivered: latencies.len() as f64 / served_for, mean_ms, p95_ms, failed, saturated })
+}
+
+/// Fetches every object of `mix` once (the servers' caches warm).
+pub async fn fetch_each(target: &Target, mix: &Mix) -> Result<(), BenchError> {
+    let pool = Pool {
+        target: target.clone(),
+        idle: Mutex::new(Vec::new()),
+        permits: Semaphore::new(1),
+        next_source: AtomicUsize::new(0),
+    };
+    for o in mix.objects() {
+        let request = format!("GET /{} HTTP/1.1\r\nHost: bench\r\n\r\n", o.name);
+        exchange(&pool, request.as_bytes())
+            .await
+            .map_err(|e| BenchError::Client(format!("warming up /{}: {e}", o.name)))?;
+    }
+    Ok(())
+}
+
+/// One request on a pooled connection: the whole response read, the
+/// connection given back for the next.
+async fn exchange(pool: &Pool, request: &[u8]) -> Result<(), BenchError> {
+    let _permit = pool.permits.acquire().await.map_err(|_| BenchError::Client("pool closed".into()))?;
+    let mut c = pool.take().await?;
+    let fail = |e: std::io::Error| BenchError::Client(format!("exchange: {e}"));
+    c.write_all(request).await.map_err(fail)?;
+    let mut buf = vec![0u8; 32 << 10];
+    let mut have = 0;
+    let (status, head, len) = loop {
+        let n = c.read(&mut buf[have..]).await.map_err(fail)?;
+        if n == 0 {
+            return Err(BenchError::Client("closed before the response".into()));
+        }
+        have += n;
+        if let Some(parsed) = parse_head(&buf[..have])? {
+            break parsed;
+        }
+        if have == buf.len() {
+            return Err(BenchError::Client("response head over 32 KiB".into()));
+        }
+    };
+    if status != 200 {
+        return Err(BenchError::Client(format!("status {status}")));
+    }
+    let mut left = (head + len).checked_sub(have).ok_or_else(|| BenchError::Client("more than the body".into()))?;
+    while left > 0 {
+        let n = c.read(&mut buf).await.map_err(fail)?;
+        if n == 0 || n > left {
+            return Err(BenchError::Client("body cut short or overlong".into()));
+        }
+        left -= n;
+    }
+    pool.give_back(c);
+    Ok(())
+}
