@@ -21,6 +21,12 @@
 //!   against nginx (sendfile), with the same client program (curl).
 //! - `lava`: 1 KiB and 10 KiB resident objects at the highest rate, the
 //!   origin tier against nginx.
+//! - `lava-miss`: the hit rate of resident objects while the tier fills
+//!   1 MiB objects from the origin, and a hit/miss/revalidation cost table;
+//!   the origin tier against nginx's proxy_cache.
+//! - `clips`: Lava's video clips: players of distinct clips at 1.5 Mbit/s
+//!   from the emulated disk, more each step until one falls behind;
+//!   circus and nginx.
 //! - `origin`: a crowd missing one large origin object; origin bytes over
 //!   the object size.
 //! - `origin-amplification`: `amplification`'s crowd through an origin
@@ -51,6 +57,7 @@
 mod abuse;
 mod amplification;
 mod boot;
+mod clips;
 mod defaults;
 pub mod delay;
 pub mod disk;
@@ -60,6 +67,7 @@ pub mod fusedisk;
 mod hot;
 mod https;
 mod lava;
+mod lava_miss;
 pub mod loadgen;
 mod memcg;
 mod native_client;
@@ -154,6 +162,8 @@ pub async fn run(name: &str, opts: &BenchOptions, log: &mut (dyn FnMut(&str) + S
         "defaults" => defaults::run(opts, log).await,
         "slow" => slow::run(opts, log).await,
         "lava" => lava::run(opts, log).await,
+        "lava-miss" => lava_miss::run(opts, log).await,
+        "clips" => clips::run(opts, log).await,
         "origin" => origin::run(opts, log).await,
         "wpb" => wpb::run(opts, wpb::Variant::Fast, log).await,
         "wpb-modem" => wpb::run(opts, wpb::Variant::Modem, log).await,
@@ -162,7 +172,7 @@ pub async fn run(name: &str, opts: &BenchOptions, log: &mut (dyn FnMut(&str) + S
         "signature-overhead" => signature::run(signature::Sweep::Overhead, opts, log).await,
         "signature-bandwidth" => signature::run(signature::Sweep::Bandwidth, opts, log).await,
         other => Err(BenchError::Setup(format!(
-            "unknown scenario {other:?}: use abuse, amplification, amplification-plain, amplification-mixed, amplification-segmented, amplification-curl, origin-amplification, hot, https, defaults, slow, lava, origin, wpb, wpb-modem, boot, signature-latency, signature-overhead, signature-bandwidth or one of {}",
+            "unknown scenario {other:?}: use abuse, amplification, amplification-plain, amplification-mixed, amplification-segmented, amplification-curl, origin-amplification, hot, https, defaults, slow, lava, lava-miss, clips, origin, wpb, wpb-modem, boot, signature-latency, signature-overhead, signature-bandwidth or one of {}",
             scenarios::NAMES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
         ))),
     }

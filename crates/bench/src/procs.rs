@@ -152,20 +152,9 @@ impl ServerProc {
         wrap: &[String],
         speaks: Speaks<'_>,
     ) -> Result<(ServerProc, Option<String>), BenchError> {
-        let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"]
-            .into_iter()
-            .find(|p| Path::new(p).exists())
-            .ok_or_else(|| BenchError::Setup("nginx is not installed: apt-get install nginx".into()))?;
         let port = free_port()?;
-        let conf = work.join(format!("nginx-{port}.conf"));
         let direct =
             if directio { "directio 4m; directio_alignment 4k; output_buffers 2 64k; aio threads;" } else { "" };
-        // As root, nginx's workers would run as nobody, who cannot enter a
-        // private work directory (mktemp -d makes it 0700) nor a FUSE mount
-        // made without allow_other: keep them root, like the other servers.
-        use std::os::unix::fs::MetadataExt;
-        let as_root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
-        let user = if as_root { "user root;" } else { "" };
         let mut h2c = None;
         let (listen_tls, server_tls) = match speaks {
             Speaks::Tls(cert, key) => (
@@ -184,15 +173,75 @@ impl ServerProc {
                 ("", listen)
             }
         };
+        let http = format!(
+            "{direct} types {{ }} default_type application/octet-stream;\n\
+             server {{ listen {host}:{port}{listen_tls}; {server_tls} root {root}; }}",
+            root = root.display(),
+        );
+        let name = if directio { "nginx-directio" } else { "nginx-sendfile" };
+        let server = Self::nginx_conf(name, work, host, port, wrap, &http)?;
+        Ok((server, h2c))
+    }
+
+    /// nginx in front of `origin` (`host:port`) with `proxy_cache` of up to
+    /// `max_size` bytes under `work` (revalidating expired entries with
+    /// conditional requests, keep-alive connections to the origin), on
+    /// loopback: the reference caching tier.
+    pub fn nginx_proxy_cache(origin: &str, work: &Path, max_size: u64) -> Result<ServerProc, BenchError> {
+        let port = free_port()?;
+        let http = format!(
+            "proxy_cache_path {work}/proxy-cache-{port} levels=1:2 keys_zone=tier{port}:16m max_size={max_size} inactive=1d use_temp_path=off;\n\
+             upstream origin{port} {{ server {origin}; keepalive 64; }}\n\
+             server {{ listen 127.0.0.1:{port}; location / {{ proxy_pass http://origin{port}; proxy_http_version 1.1; \
+             proxy_set_header Connection \"\"; proxy_cache tier{port}; proxy_cache_valid 200 1d; proxy_cache_revalidate on; \
+             proxy_cache_lock on; }} }}",
+            work = work.display(),
+        );
+        Self::nginx_conf("nginx-proxy-cache", work, "127.0.0.1", port, &[], &http)
+    }
+
+    /// nginx serving `root` on loopback as an origin: `server_extra` goes
+    /// into its server block (locations with `limit_rate`, `add_header`).
+    pub fn nginx_origin(root: &Path, work: &Path, server_extra: &str) -> Result<ServerProc, BenchError> {
+        let port = free_port()?;
+        let http = format!(
+            "types {{ }} default_type application/octet-stream;\n\
+             server {{ listen 127.0.0.1:{port}; root {root}; {server_extra} }}",
+            root = root.display(),
+        );
+        Self::nginx_conf("nginx-origin", work, "127.0.0.1", port, &[], &http)
+    }
+
+    /// Starts nginx with `http_body` inside its `http` block, after the
+    /// settings every nginx of the bench shares (2 workers, sendfile,
+    /// tcp_nopush, open_file_cache, no access log, long keep-alive), and
+    /// waits for `host:port` to listen.
+    fn nginx_conf(
+        name: &str,
+        work: &Path,
+        host: &str,
+        port: u16,
+        wrap: &[String],
+        http_body: &str,
+    ) -> Result<ServerProc, BenchError> {
+        let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .ok_or_else(|| BenchError::Setup("nginx is not installed: apt-get install nginx".into()))?;
+        let conf = work.join(format!("nginx-{port}.conf"));
+        // As root, nginx's workers would run as nobody, who cannot enter a
+        // private work directory (mktemp -d makes it 0700) nor a FUSE mount
+        // made without allow_other: keep them root, like the other servers.
+        use std::os::unix::fs::MetadataExt;
+        let as_root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+        let user = if as_root { "user root;" } else { "" };
         let text = format!(
             "daemon off; {user} worker_processes auto; pid {work}/nginx-{port}.pid; error_log {work}/nginx-error.log warn;\n\
              events {{ worker_connections 16384; }}\n\
-             http {{ access_log off; sendfile on; tcp_nopush on; open_file_cache max=10000 inactive=60s; {direct} keepalive_timeout 65; keepalive_requests 100000000;\n\
+             http {{ access_log off; sendfile on; tcp_nopush on; open_file_cache max=10000 inactive=60s; keepalive_timeout 65; keepalive_requests 100000000;\n\
                client_body_temp_path {work}/nb; proxy_temp_path {work}/np; fastcgi_temp_path {work}/nf; uwsgi_temp_path {work}/nu; scgi_temp_path {work}/ns;\n\
-               types {{ }} default_type application/octet-stream;\n\
-               server {{ listen {host}:{port}{listen_tls}; {server_tls} root {root}; }} }}\n",
+               {http_body} }}\n",
             work = work.display(),
-            root = root.display(),
         );
         std::fs::write(&conf, text).map_err(io_err("writing nginx config"))?;
         let child = wrapped(wrap, nginx.as_ref())
@@ -202,10 +251,11 @@ impl ServerProc {
             .spawn()
             .map_err(io_err("starting nginx"))?;
         let addr = format!("{host}:{port}");
+        // Dropped (and so stopped) if it never listens.
+        let server = ServerProc { name: name.into(), child, addr, admin: None };
         for _ in 0..100 {
-            if TcpStream::connect(&addr).is_ok() {
-                let name = if directio { "nginx-directio" } else { "nginx-sendfile" }.into();
-                return Ok((ServerProc { name, child, addr, admin: None }, h2c));
+            if TcpStream::connect(&server.addr).is_ok() {
+                return Ok(server);
             }
             std::thread::sleep(Duration::from_millis(50));
         }

@@ -199,6 +199,7 @@ pub const NAMES: &[(&str, &str)] = &[
     ("queue", "Figure 15: queue 1, 5, 20 blocks"),
     ("threshold", "Figure 16: client threshold 0.25, 0.75, 1"),
     ("leapfront", "Figure 17: leapfront 1, 2, 4"),
+    ("rtt", "not in the paper: added RTT 0, 10, 40, 80 ms for native downloads, 10T+T3 at 40% load"),
     ("memory", "not in the paper: cache 4, 8, 16 MiB for circus, sequential and nginx sendfile"),
 ];
 
@@ -320,6 +321,16 @@ pub fn scenario(name: &str) -> Option<Scenario> {
                     })
                 })
                 .to_vec(),
+        ),
+        "rtt" => s(
+            "rtt",
+            "Added round-trip time, 10T+T3, 40% load",
+            "added RTT (ms)",
+            false,
+            both,
+            // Up to a bandwidth-delay product (T3 at 80 ms: 447 KB) above a
+            // client's queue of 5 blocks (320 KiB).
+            [0.0, 10.0, 40.0, 80.0].map(|ms| sweep(ms, |p| p.rtt_s = ms / 1e3)).to_vec(),
         ),
         _ => return None,
     })

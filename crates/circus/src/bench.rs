@@ -15,7 +15,8 @@ pub struct BenchArgs {
     /// The paper's experiments on an emulated disk and links: mixed40 (the
     /// target: circus, sequential, nginx sendfile and directio), cohort40,
     /// quick, load, delay-loss, file-size, files, block-size, queue,
-    /// threshold, leapfront, memory (cache 4-16 MiB, not in the paper).
+    /// threshold, leapfront, memory (cache 4-16 MiB, not in the paper), rtt
+    /// (added RTT 0-80 ms for native downloads, not in the paper).
     /// Others: amplification (50 mixed-speed native clients, storage bytes read),
     /// amplification-plain (10 curl clients at 15-60 MB/s on a 200 MiB file,
     /// storage bytes read beside the best any cache could do),
@@ -34,6 +35,10 @@ pub struct BenchArgs {
     /// abuse (a download and small requests beside non-reading, zero-window
     /// h2, idle, slowloris and overlapping-range attackers; circus vs nginx),
     /// lava (1 KiB / 10 KiB resident objects at the highest rate, origin tier vs nginx),
+    /// lava-miss (hit rate while the tier fills 1 MiB objects from the origin,
+    /// and what a hit, a miss and a revalidation cost; origin tier vs nginx proxy_cache),
+    /// clips (players of distinct clips at 1.5 Mbit/s on the emulated disk, N rising
+    /// until one falls behind; circus vs nginx; root),
     /// origin (a crowd missing one large origin object: origin bytes / size),
     /// origin-amplification (amplification's crowd through an origin tier:
     /// origin bytes / size),
