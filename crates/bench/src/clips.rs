@@ -55,7 +55,7 @@ impl Player {
 
 const ARRIVALS: Duration = Duration::from_secs(5);
 /// Clients per step; the last is past what the disk's media rate allows.
-const STEPS: [usize; 8] = [25, 50, 100, 150, 200, 250, 300, 402];
+const STEPS: [usize; 10] = [25, 50, 75, 100, 125, 150, 200, 250, 300, 402];
 
 /// Bytes a clip needs: its play time and a full buffer at the end.
 fn clip_bytes() -> u64 {
@@ -78,8 +78,8 @@ async fn play(p: Player, server: std::net::SocketAddr, path: &str) -> Result<Pla
     let socket = TcpSocket::new_v4().map_err(fail)?;
     // A small receive buffer, so the server feels the player's pace.
     socket.set_recv_buffer_size(64 << 10).map_err(fail)?;
-    let mut stream = socket.connect(server).await.map_err(fail)?;
     let asked = Instant::now();
+    let mut stream = socket.connect(server).await.map_err(fail)?;
     stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n").as_bytes()).await.map_err(fail)?;
     let mut buf = vec![0u8; 64 << 10];
     let mut head = Vec::new();
@@ -102,22 +102,22 @@ async fn play(p: Player, server: std::net::SocketAddr, path: &str) -> Result<Pla
             tokio::time::sleep(p.max_buffer / 4).await;
             continue;
         }
-        // Read until the buffer would run dry (or the start is too late).
+        // Read until the buffer would run dry, the play ends, or the start
+        // is too late.
         let deadline = match playing_since {
-            Some(t) => t + Duration::from_secs_f64(received as f64 / p.rate),
+            Some(t) => t + Duration::from_secs_f64(received as f64 / p.rate).min(p.play),
             None => asked + p.startup_limit,
         };
+        let behind =
+            Playback { startup_s: playing_since.map_or(p.startup_limit, |t| t - asked).as_secs_f64(), behind: true };
         let n = match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
-            Err(_) => {
-                return Ok(Playback {
-                    startup_s: playing_since.map_or(p.startup_limit, |t| t - asked).as_secs_f64(),
-                    behind: true,
-                });
-            }
+            Err(_) if playing_since.is_some_and(|t| Instant::now() - t >= p.play) => break,
+            Err(_) => return Ok(behind),
             Ok(r) => r.map_err(fail)?,
         };
         if n == 0 {
-            return Err(BenchError::Client(format!("{path}: the server closed the stream after {received} bytes")));
+            // Closed before the clip was all there: the player stops.
+            return Ok(behind);
         }
         if body_len.is_some() {
             received += n as u64;

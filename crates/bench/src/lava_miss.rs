@@ -7,11 +7,12 @@
 //! origin, in the same run.
 //!
 //! The origin is nginx serving a directory: `/hit/` holds the resident
-//! objects, `/fill/` the large ones, sent at 100 Mbit/s per connection
-//! (`limit_rate`), as over a WAN link, so a fill lasts about as long as
-//! Lava's; `/miss/` small objects each requested once; `/reval/` small
-//! objects the origin marks `max-age=1`, so each later request revalidates
-//! with a conditional request answered 304.
+//! objects, `/fill/` the large ones, each requested once, one every 84 ms:
+//! 100 Mbit/s of miss traffic, an origin link's worth (nginx's `limit_rate`
+//! cannot pace a 1 MiB response: it lets a second's worth go at once);
+//! `/miss/` small objects each requested once; `/reval/` small objects the
+//! origin marks `max-age=1`, so each later request revalidates with a
+//! conditional request answered 304.
 
 use crate::{BenchError, BenchOptions, Report, Row, io_err, loadgen, procs::ServerProc};
 use bytes::Bytes;
@@ -32,9 +33,9 @@ const FILL_SIZE: u64 = 1 << 20;
 /// Large objects per tier: more than a run's fills (about 12 a second).
 const FILL_OBJECTS: usize = 400;
 /// Requests per kind in the cost table.
-const COST_REQUESTS: usize = 500;
-/// The origin's rate per connection for `/fill/`: 100 Mbit/s.
-const FILL_RATE: &str = "12500k";
+const COST_REQUESTS: usize = 2000;
+/// Miss traffic: one fill per this interval, 100 Mbit/s of 1 MiB fills.
+const FILL_EVERY: Duration = Duration::from_micros(83_886);
 const DEPTH: usize = 8;
 const ROUND: Duration = Duration::from_secs(2);
 const ROUNDS: usize = 5;
@@ -83,6 +84,8 @@ impl Conn {
     async fn get(&mut self, path: &str) -> Result<u64, BenchError> {
         let fail = |e: hyper::Error| BenchError::Client(format!("GET {path}: {e}"));
         let req = http::Request::get(path).header("host", "bench").body(Empty::new()).expect("request");
+        // The connection takes the next request once the last is done.
+        self.send.ready().await.map_err(fail)?;
         let res = self.send.send_request(req).await.map_err(fail)?;
         if res.status() != http::StatusCode::OK {
             return Err(BenchError::Client(format!("GET {path}: {}", res.status())));
@@ -91,8 +94,8 @@ impl Conn {
     }
 }
 
-/// Fetches `/fill/N` one after another, N from `next`, until `stop`;
-/// counts whole fills in `done`.
+/// Fetches `/fill/N`, one every [`FILL_EVERY`] (or back to back if a fill
+/// takes longer), N from `next`, until `stop`; counts whole fills in `done`.
 async fn fill(
     addr: String,
     next: Arc<AtomicU64>,
@@ -100,7 +103,13 @@ async fn fill(
     done: Arc<AtomicU64>,
 ) -> Result<(), BenchError> {
     let mut conn = Conn::open(&addr).await?;
+    let mut due = tokio::time::Instant::now();
     while !stop.load(Ordering::Relaxed) {
+        tokio::time::sleep_until(due).await;
+        due += FILL_EVERY;
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
         let n = next.fetch_add(1, Ordering::Relaxed);
         if n >= FILL_OBJECTS as u64 {
             return Err(BenchError::Setup(format!("all {FILL_OBJECTS} fill objects used: raise FILL_OBJECTS")));
@@ -145,7 +154,7 @@ impl Kind {
 async fn cost(tier: &ServerProc, tier_index: usize, kind: Kind) -> Result<(f64, f64, f64), BenchError> {
     let mut conn = Conn::open(&tier.addr).await?;
     let mut samples = Vec::with_capacity(COST_REQUESTS);
-    let cpu = tier.cpu_seconds();
+    let cpu = tier.cpu_seconds_fine();
     for i in 0..COST_REQUESTS {
         let path = match kind {
             Kind::Hit => format!("/hit/{}", i % HIT_OBJECTS),
@@ -156,7 +165,7 @@ async fn cost(tier: &ServerProc, tier_index: usize, kind: Kind) -> Result<(f64, 
         conn.get(&path).await?;
         samples.push(t.elapsed());
     }
-    let cpu_us = (tier.cpu_seconds() - cpu) * 1e6 / COST_REQUESTS as f64;
+    let cpu_us = (tier.cpu_seconds_fine() - cpu) * 1e6 / COST_REQUESTS as f64;
     let (mean, p95) = mean_p95_ms(&mut samples);
     Ok((mean, p95, cpu_us))
 }
@@ -184,13 +193,8 @@ async fn hit_round(
 pub async fn run(opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Result<Report, BenchError> {
     let root = opts.work.join("lava-miss");
     make_tree(&root, opts.seed)?;
-    let origin = ServerProc::nginx_origin(
-        &root,
-        &opts.work,
-        &format!(
-            "location /fill/ {{ limit_rate {FILL_RATE}; }} location /reval/ {{ add_header Cache-Control \"max-age=1\"; }}"
-        ),
-    )?;
+    let origin =
+        ServerProc::nginx_origin(&root, &opts.work, "location /reval/ { add_header Cache-Control \"max-age=1\"; }")?;
     let cache = opts.cache.max((FILL_OBJECTS as u64 * FILL_SIZE) * 2);
     let mut tier_args =
         vec!["--origin".to_owned(), format!("http://{}/", origin.addr), "--cache".into(), cache.to_string()];
@@ -268,7 +272,7 @@ pub async fn run(opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Res
     Ok(Report {
         scenario: "lava-miss".into(),
         setup: format!(
-            "origin nginx on loopback ({FILL_SIZE}-byte fills at {FILL_RATE}B/s per connection, one fill at a time); \
+            "origin nginx on loopback; fills of {FILL_SIZE}-byte objects one every {FILL_EVERY:?} (100 Mbit/s); \
              {HIT_OBJECTS} resident {SMALL}-byte objects, {} keep-alive connections x {DEPTH} pipelined requests, \
              {ROUNDS} alternating rounds of {}s quiet and {}s filling per tier; cost table: {COST_REQUESTS} sequential \
              requests per kind on one connection; tiers' cache {cache} bytes; load generators on the same 2 cores",

@@ -69,17 +69,19 @@ impl Mix {
             .sum()
     }
 
-    /// A request: a class by its share, then one of its objects uniformly.
-    pub fn pick(&self, rng: &mut impl Rng) -> &Object {
+    /// A request: a class by its share, then one of its objects uniformly;
+    /// the class's index and the object.
+    pub fn pick(&self, rng: &mut impl Rng) -> (usize, &Object) {
         let mut u: f64 = rng.random();
-        for class in &self.classes {
+        for (i, class) in self.classes.iter().enumerate() {
             if u < class.share {
-                return &class.objects[rng.random_range(0..class.objects.len())];
+                return (i, &class.objects[rng.random_range(0..class.objects.len())]);
             }
             u -= class.share;
         }
-        let last = self.classes.last().expect("a mix has classes");
-        &last.objects[rng.random_range(0..last.objects.len())]
+        let last = self.classes.len() - 1;
+        let objects = &self.classes[last].objects;
+        (last, &objects[rng.random_range(0..objects.len())])
     }
 }
 
@@ -130,7 +132,13 @@ mod tests {
         let mix = Mix::content_server();
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
         let n = 100_000;
-        let small = (0..n).filter(|_| mix.pick(&mut rng).name.starts_with("small")).count();
+        let small = (0..n)
+            .filter(|_| {
+                let (class, object) = mix.pick(&mut rng);
+                assert!(object.name.starts_with(mix.classes[class].label));
+                class == 0
+            })
+            .count();
         let got = small as f64 / n as f64;
         assert!((got - 0.85).abs() < 0.01, "{got}");
     }

@@ -114,6 +114,12 @@ impl Curve {
     pub fn light_p95_ms(&self) -> f64 {
         self.steps.first().map_or(f64::NAN, |s| s.p95_ms)
     }
+
+    /// Mean response time of class `class` at the step offering half the
+    /// baseline capacity (the ladder's third), ms.
+    pub fn half_load_class_ms(&self, class: usize) -> f64 {
+        self.steps.get(2).and_then(|s| s.class_mean_ms.get(class).copied()).unwrap_or(f64::NAN)
+    }
 }
 
 /// The least-squares slope of `y` against `x`.
@@ -203,13 +209,23 @@ pub async fn run(sweep: Sweep, opts: &BenchOptions, log: &mut (dyn FnMut(&str) +
             let mut behind = 0;
             for (i, &rate) in rates.iter().enumerate() {
                 let st = openloop::step(t, &mix, rate, step_for, opts.seed + i as u64).await?;
+                let by_class: Vec<String> = mix
+                    .classes
+                    .iter()
+                    .zip(st.class_mean_ms.iter().zip(&st.class_unanswered))
+                    .map(|(c, (ms, &lost))| {
+                        let lost = if lost > 0 { format!(" ({lost} unanswered)") } else { String::new() };
+                        format!("{} {ms:.2}{lost}", c.label)
+                    })
+                    .collect();
                 log(&format!(
-                    "{} {} = {value}: offered {rate:.0}/s delivered {:.0}/s mean {:.3} ms p95 {:.3} ms{}{}",
+                    "{} {} = {value}: offered {rate:.0}/s delivered {:.0}/s mean {:.3} ms p95 {:.3} ms ({} ms){}{}",
                     s.name,
                     sweep.name(),
                     st.delivered,
                     st.mean_ms,
                     st.p95_ms,
+                    by_class.join(", "),
                     if st.failed > 0 { format!(" ({} failed)", st.failed) } else { String::new() },
                     if st.saturated { " (saturated)" } else { "" },
                 ));
@@ -252,12 +268,16 @@ fn report(sweep: Sweep, curves: &[Curve], mix: &Mix, opts: &BenchOptions, cache:
     let rows = curves
         .iter()
         .map(|c| {
-            Row::new(&c.server)
+            let row = Row::new(&c.server)
                 .with(sweep.name(), c.value)
                 .with("saturation_ops_s", c.saturation())
                 .with("light_mean_ms", c.light_mean_ms())
                 .with("light_p95_ms", c.light_p95_ms())
-                .with("steps", c.steps.len() as f64)
+                .with("steps", c.steps.len() as f64);
+            mix.classes
+                .iter()
+                .enumerate()
+                .fold(row, |r, (i, class)| r.with(&format!("half_load_{}_ms", class.label), c.half_load_class_ms(i)))
         })
         .collect();
     let circus: Vec<&Curve> = curves.iter().filter(|c| c.server == "circus").collect();

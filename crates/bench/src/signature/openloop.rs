@@ -37,7 +37,7 @@ pub struct Target {
 }
 
 /// What one step of offered load delivered.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Step {
     /// Requests per second offered.
     pub offered: f64,
@@ -45,6 +45,12 @@ pub struct Step {
     pub delivered: f64,
     pub mean_ms: f64,
     pub p95_ms: f64,
+    /// Mean response time of each class of the mix, in its order, over
+    /// the requests answered.
+    pub class_mean_ms: Vec<f64>,
+    /// Requests of each class that failed or were never answered: a
+    /// class's mean leaves them out.
+    pub class_unanswered: Vec<u64>,
     /// Requests that failed or were still unanswered at the end.
     pub failed: u64,
     /// The backlog passed a second of arrivals: offering stopped early.
@@ -95,13 +101,16 @@ pub async fn step(target: &Target, mix: &Mix, rate: f64, duration: Duration, see
             .collect(),
     );
     let index = |name: &str| requests.iter().position(|(n, _)| n == name).expect("object of the mix");
+    let classes = mix.classes.len();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Option<Duration>>();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Option<Duration>)>();
     let mut tasks = tokio::task::JoinSet::new();
     let start = Instant::now();
     let mut next_at = 0.0;
     let (mut released, mut answered) = (0u64, 0u64);
     let mut latencies: Vec<Duration> = Vec::new();
+    let mut by_class = vec![(0.0f64, 0u64); classes];
+    let mut released_by_class = vec![0u64; classes];
     let mut failed = 0u64;
     let mut saturated = false;
     loop {
@@ -110,24 +119,24 @@ pub async fn step(target: &Target, mix: &Mix, rate: f64, duration: Duration, see
             break;
         }
         tokio::time::sleep_until((start + Duration::from_secs_f64(next_at)).into()).await;
-        while let Ok(outcome) = rx.try_recv() {
+        while let Ok((class, outcome)) = rx.try_recv() {
             answered += 1;
-            match outcome {
-                Some(l) => latencies.push(l),
-                None => failed += 1,
-            }
+            record(class, outcome, &mut latencies, &mut by_class, &mut failed);
         }
         if (released - answered) as f64 > rate {
             saturated = true;
             break;
         }
         let (pool, requests, tx) = (pool.clone(), requests.clone(), tx.clone());
-        let which = index(&mix.pick(&mut rng).name);
+        let (class, object) = mix.pick(&mut rng);
+        let which = index(&object.name);
         released += 1;
+        released_by_class[class] += 1;
+        // Response time counts from release, not from when the task first runs.
+        let t = Instant::now();
         tasks.spawn(async move {
-            let t = Instant::now();
             let ok = exchange(&pool, &requests[which].1).await.is_ok();
-            let _ = tx.send(ok.then(|| t.elapsed()));
+            let _ = tx.send((class, ok.then(|| t.elapsed())));
         });
     }
     drop(tx);
@@ -136,13 +145,10 @@ pub async fn step(target: &Target, mix: &Mix, rate: f64, duration: Duration, see
     let mut last = Instant::now();
     while answered < released {
         match tokio::time::timeout_at(drain_until, rx.recv()).await {
-            Ok(Some(outcome)) => {
+            Ok(Some((class, outcome))) => {
                 answered += 1;
                 last = Instant::now();
-                match outcome {
-                    Some(l) => latencies.push(l),
-                    None => failed += 1,
-                }
+                record(class, outcome, &mut latencies, &mut by_class, &mut failed);
             }
             Ok(None) | Err(_) => break,
         }
@@ -154,7 +160,37 @@ pub async fn step(target: &Target, mix: &Mix, rate: f64, duration: Duration, see
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let mean_ms = latencies.iter().map(|&d| ms(d)).sum::<f64>() / latencies.len().max(1) as f64;
     let p95_ms = latencies.get(latencies.len() * 95 / 100).map_or(0.0, |&d| ms(d));
-    Ok(Step { offered: rate, delivered: latencies.len() as f64 / served_for, mean_ms, p95_ms, failed, saturated })
+    let class_mean_ms = by_class.iter().map(|&(sum, n)| if n == 0 { f64::NAN } else { sum / n as f64 }).collect();
+    let class_unanswered = released_by_class.iter().zip(&by_class).map(|(r, (_, n))| r - n).collect();
+    Ok(Step {
+        offered: rate,
+        delivered: latencies.len() as f64 / served_for,
+        mean_ms,
+        p95_ms,
+        class_mean_ms,
+        class_unanswered,
+        failed,
+        saturated,
+    })
+}
+
+/// Counts one answer: its response time overall and in its class's sum
+/// (ms), or a failure.
+fn record(
+    class: usize,
+    outcome: Option<Duration>,
+    latencies: &mut Vec<Duration>,
+    by_class: &mut [(f64, u64)],
+    failed: &mut u64,
+) {
+    match outcome {
+        Some(l) => {
+            latencies.push(l);
+            by_class[class].0 += l.as_secs_f64() * 1e3;
+            by_class[class].1 += 1;
+        }
+        None => *failed += 1,
+    }
 }
 
 /// Fetches every object of `mix` once (the servers' caches warm).
