@@ -213,6 +213,9 @@ pub async fn run(opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Res
             }
         }
     }
+    let plot_path = opts.work.join("clips.svg");
+    plot(&rows, &plot_path)?;
+    log(&format!("plot: {}", plot_path.display()));
     let bound = (params.rate / Player::CLIP.rate).floor();
     Ok(Report {
         scenario: "clips".into(),
@@ -235,6 +238,31 @@ pub async fn run(opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Res
         ),
         rows,
     })
+}
+
+/// Players behind, and the p95 wait to start, against players, one line
+/// per server.
+fn plot(rows: &[Row], path: &std::path::Path) -> Result<(), BenchError> {
+    use circus_plot::{Chart, Scale, Series};
+    let line = |server: &str, figure: &str| {
+        let points =
+            rows.iter().filter(|r| r.server == server).filter_map(|r| Some((r.get("clients")?, r.get(figure)?)));
+        Series::new(server, points.collect::<Vec<_>>())
+    };
+    let chart = |title: &str, y: &str, figure: &str| Chart {
+        title: title.into(),
+        x_label: "players of distinct 1.5 Mbit/s clips".into(),
+        y_label: y.into(),
+        x_scale: Scale::Linear,
+        y_from_zero: true,
+        series: vec![line("circus", figure), line("nginx-sendfile", figure)],
+        ..Chart::default()
+    };
+    let charts = [
+        chart("Players behind", "players behind", "behind"),
+        chart("Wait to start", "p95 startup (s)", "startup_p95_s"),
+    ];
+    circus_plot::write_grid_svg(path, &charts, 2).map_err(|e| BenchError::Setup(format!("plot: {e}")))
 }
 
 #[cfg(test)]

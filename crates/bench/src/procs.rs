@@ -313,14 +313,10 @@ impl ServerProc {
 
     fn sum_memory(&self, key: &str) -> u64 {
         let mut total = 0;
-        let mut pids = vec![self.child.id()];
-        while let Some(pid) = pids.pop() {
+        for pid in self.process_tree() {
             let shmem = status_field(pid, "RssShmem:").unwrap_or(0) * 1024;
             let resident = status_field(pid, key).unwrap_or(0) * 1024;
             total += resident.saturating_sub(shmem) + memfd_bytes(pid).max(shmem);
-            if let Ok(children) = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")) {
-                pids.extend(children.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
-            }
         }
         total
     }
@@ -329,17 +325,13 @@ impl ServerProc {
     /// (`read_bytes` of /proc/PID/io: page-cache hits are not counted).
     pub fn io_read_bytes(&self) -> u64 {
         let mut total = 0;
-        let mut pids = vec![self.child.id()];
-        while let Some(pid) = pids.pop() {
+        for pid in self.process_tree() {
             if let Ok(io) = std::fs::read_to_string(format!("/proc/{pid}/io")) {
                 total += io
                     .lines()
                     .find_map(|l| l.strip_prefix("read_bytes:"))
                     .and_then(|v| v.trim().parse::<u64>().ok())
                     .unwrap_or(0);
-            }
-            if let Ok(children) = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")) {
-                pids.extend(children.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
             }
         }
         total
@@ -356,15 +348,11 @@ impl ServerProc {
     /// receives, polling), the user part the server's own.
     pub fn cpu_split(&self) -> (f64, f64) {
         let (mut user, mut system) = (0.0, 0.0);
-        let mut pids = vec![self.child.id()];
-        while let Some(pid) = pids.pop() {
+        for pid in self.process_tree() {
             if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
                 let (u, s) = stat_ticks(&stat, 11, 12);
                 user += u / USER_HZ;
                 system += s / USER_HZ;
-            }
-            if let Ok(children) = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")) {
-                pids.extend(children.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
             }
         }
         (user, system)
@@ -375,19 +363,28 @@ impl ServerProc {
     /// counts 10 ms ticks: for costs of microseconds per request.
     pub fn cpu_seconds_fine(&self) -> f64 {
         let mut ns = 0u64;
-        let mut pids = vec![self.child.id()];
-        while let Some(pid) = pids.pop() {
+        for pid in self.process_tree() {
             if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
                 for task in tasks.filter_map(Result::ok) {
                     let stat = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
                     ns += stat.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
                 }
             }
+        }
+        ns as f64 / 1e9
+    }
+
+    /// The process and its descendants, as /proc lists them now.
+    fn process_tree(&self) -> Vec<u32> {
+        let mut tree = Vec::new();
+        let mut pids = vec![self.child.id()];
+        while let Some(pid) = pids.pop() {
+            tree.push(pid);
             if let Ok(children) = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")) {
                 pids.extend(children.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
             }
         }
-        ns as f64 / 1e9
+        tree
     }
 
     /// GET a small text resource (metrics, status) over a fresh connection,
