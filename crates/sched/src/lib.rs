@@ -34,7 +34,9 @@ mod scheduler;
 mod status;
 
 pub use client::Role;
-pub use config::{ConfigError, Favor, HOLD_STALL_NANOS, IN_ORDER_HIT_QUEUE, PolicyKind, SchedConfig};
+pub use config::{
+    ConfigError, Favor, HOLD_STALL_NANOS, IN_ORDER_HIT_QUEUE, IN_ORDER_RUN_BYTES, PolicyKind, SchedConfig,
+};
 pub use event::{Action, Event, FailReason, Nanos, ReadFault};
 pub use scheduler::{Counters, Scheduler};
 pub use status::{ClientStatus, FileStatus, Status};

@@ -3,7 +3,7 @@
 use crate::{
     cache::Cache,
     client::ClientState,
-    config::{Favor, PolicyKind, SchedConfig},
+    config::{Favor, IN_ORDER_RUN_BYTES, PolicyKind, SchedConfig},
     event::{Action, Event, FailReason, Nanos, ReadFault},
     file::FileState,
     foresight::REFRESH_SENDS,
@@ -50,6 +50,8 @@ pub struct Scheduler {
     deferred: VecDeque<(FileId, BlockIdx)>,
     /// Files with at least one client; they share the memory for regions.
     active_files: u32,
+    /// In-order (plain) clients; they share the memory for read-ahead runs (C17).
+    in_order_clients: u32,
     out: Vec<Action>,
     scratch: Vec<BlockIdx>,
     /// Files with gated clients (C13), checked after every event.
@@ -78,6 +80,7 @@ impl Scheduler {
             clients: FxHashMap::default(),
             deferred: VecDeque::new(),
             active_files: 0,
+            in_order_clients: 0,
             out: Vec::new(),
             scratch: Vec::new(),
             gating: Vec::new(),
@@ -168,6 +171,7 @@ impl Scheduler {
         }
         self.clients.insert(id, state);
         if in_order {
+            self.in_order_clients += 1;
             self.refresh_foresight(file_id);
         }
         self.fill(id);
@@ -381,13 +385,26 @@ impl Scheduler {
         })
     }
 
+    /// Blocks one storage read for client `id` brings, counting the demanded
+    /// one: `readahead` (C10), and for an in-order client alone on its file
+    /// at least its share of half the memory, up to `IN_ORDER_RUN_BYTES` (C17).
+    fn run_len(&self, id: ClientId) -> u32 {
+        let client = &self.clients[&id];
+        if !client.in_order || self.files[&client.file].clients.len() > 1 {
+            return self.cfg.readahead;
+        }
+        let share = self.cfg.cache_blocks() / 2 / u64::from(self.in_order_clients.max(1));
+        let most = (IN_ORDER_RUN_BYTES / u64::from(self.cfg.block_size)).max(1);
+        (share.min(most) as u32).max(self.cfg.readahead)
+    }
+
     /// After a storage read of `b` for client `id`, reads up to
-    /// `readahead - 1` following blocks the client lacks, stopping at the end
+    /// `run_len - 1` following blocks the client lacks, stopping at the end
     /// of the file, at a block already in memory, or when memory is short.
     /// They are not pinned: the client picks them later as cache hits. When
     /// the read was a frontrunner's (`region_cap` given), they join the region.
     fn read_ahead(&mut self, id: ClientId, file_id: FileId, b: BlockIdx, region_cap: Option<u32>) {
-        for next in (b + 1..).take(self.cfg.readahead as usize - 1) {
+        for next in (b + 1..).take(self.run_len(id) as usize - 1) {
             let file = &self.files[&file_id];
             let taken = file.resident.contains(next) || file.loading.contains(next) || file.deferred.contains(next);
             if next >= file.blocks() || taken || self.clients[&id].have.contains(next) {
@@ -737,6 +754,7 @@ impl Scheduler {
             self.active_files -= 1;
         }
         if client.in_order {
+            self.in_order_clients -= 1;
             self.refresh_foresight(file_id);
             self.wake_paced(file_id);
         }

@@ -268,13 +268,17 @@ fn c12_an_in_order_client_takes_resident_blocks_in_long_runs() {
     d.join(4, 1, u64::from(n) * B, Some(have));
     let run = sends_to(&d, 4).len() as u32;
     assert!((3..IN_ORDER_HIT_QUEUE).contains(&run), "{run}");
-    // Blocks that must be read are queued only up to queue_len.
+    // Blocks that must be read are queued only up to queue_len: with a
+    // native client on the file (so no read-ahead run, C17), three reads.
     let mut d = Driver::new(SchedConfig { cache_bytes: u64::from(n) * B, ..cfg(PolicyKind::Circus) });
+    let mut have = BlockSet::full(n);
+    have.remove(n - 1);
+    d.join(1, 1, u64::from(n) * B, Some(have));
     d.in_order_joins = true;
-    d.join(1, 1, u64::from(n) * B, None);
-    assert_eq!(d.pending_reads.len(), 3);
+    d.join(2, 1, u64::from(n) * B, None);
+    assert_eq!(reads(&d).len(), 1 + 3, "{:?}", reads(&d));
     d.drain();
-    assert_eq!(d.completed.len(), 1);
+    assert_eq!(d.completed.len(), 2);
 }
 
 #[test]
@@ -785,4 +789,55 @@ fn c15_a_stalled_plain_download_stops_pacing_the_others_after_the_stall_time() {
     assert!(d.completed.contains(&ClientId(2)), "client 2 sent {} blocks", d.got[&ClientId(2)].len());
     d.drain();
     assert_eq!(d.completed.len(), 2);
+}
+
+#[test]
+fn c17_a_plain_download_alone_on_its_file_reads_runs_sized_by_memory() {
+    // Room for 64 blocks, one plain download of 256: each storage read it
+    // causes brings a run of half the memory, 32 blocks.
+    let n = 256u32;
+    let mut d = Driver::new(SchedConfig { cache_bytes: 64 * B, ..cfg(PolicyKind::Circus) });
+    d.in_order_joins = true;
+    d.join(1, 1, u64::from(n) * B, None);
+    assert_eq!(reads(&d), (0..32).collect::<Vec<_>>());
+    d.drain();
+    assert_eq!(d.completed.len(), 1);
+    let c = d.s.counters();
+    assert_eq!(c.reads, u64::from(n), "each block read once");
+    assert_eq!(c.private_reads, u64::from(n / 32), "one demanded read per run: {c:?}");
+    // Four plain downloads of four files share that half: runs of 8. (The
+    // first three lack only their last block, so their runs stop there.)
+    let mut d = Driver::new(SchedConfig { cache_bytes: 64 * B, ..cfg(PolicyKind::Circus) });
+    d.in_order_joins = true;
+    let mut last_only = BlockSet::full(n);
+    last_only.remove(n - 1);
+    for f in 1..=3 {
+        d.join(f, f, u64::from(n) * B, Some(last_only.clone()));
+    }
+    let before = reads(&d).len();
+    d.join(4, 4, u64::from(n) * B, None);
+    assert_eq!(reads(&d)[before..], (0..8).collect::<Vec<_>>());
+    d.drain();
+    assert_eq!(d.completed.len(), 4);
+}
+
+#[test]
+fn c17_runs_stop_at_512_kib_and_leave_shared_files_alone() {
+    // 64 KiB blocks and plenty of memory: a run is 512 KiB, 8 blocks.
+    let block = 64 * 1024;
+    let big = SchedConfig { block_size: block, cache_bytes: 64 << 20, active_len: 16 << 20, ..cfg(PolicyKind::Circus) };
+    let mut d = Driver::new(big);
+    d.in_order_joins = true;
+    d.join(1, 1, 64 * u64::from(block), None);
+    assert_eq!(reads(&d), (0..8).collect::<Vec<_>>());
+    // A plain download of a file a native client also reads gets no run:
+    // their reads are shared, and what memory keeps is C14's to decide.
+    let n = 256u32;
+    let mut d = Driver::new(SchedConfig { cache_bytes: 64 * B, ..cfg(PolicyKind::Circus) });
+    d.join(1, 1, u64::from(n) * B, None);
+    d.in_order_joins = true;
+    d.join(2, 1, u64::from(n) * B, None);
+    d.drain();
+    assert_eq!(d.completed.len(), 2);
+    assert_eq!(d.s.counters().readahead_reads, 0);
 }

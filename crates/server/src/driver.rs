@@ -319,10 +319,32 @@ impl Driver {
     /// Carries out the actions gathered, in order. None of them feeds the
     /// scheduler back (reads report later, as commands), so actions of
     /// several events may be gathered first.
+    ///
+    /// Reads of consecutive blocks of one file, as a read-ahead run (rules
+    /// C10, C17) or a queue filled at once gives them, go to storage as one
+    /// request: the other actions never touch a block being read, so they
+    /// need not wait for the run to be gathered.
     fn carry_out(&mut self) {
         let mut actions = std::mem::take(&mut self.actions);
+        let mut run: Option<Run> = None;
         for action in actions.drain(..) {
-            self.act(action);
+            let Action::Read { file, block } = action else {
+                self.act(action);
+                continue;
+            };
+            if let Some(r) = &mut run
+                && r.extends(file, block)
+            {
+                r.count += 1;
+                continue;
+            }
+            let entry = self.files.get(&file).expect("the scheduler reads only files with clients").0.clone();
+            if let Some(done) = run.replace(Run { entry, first: block, count: 1 }) {
+                self.read(done);
+            }
+        }
+        if let Some(done) = run {
+            self.read(done);
         }
         self.actions = actions;
         self.metrics.resident_bytes.set(self.sched.used_bytes() as i64);
@@ -378,9 +400,10 @@ impl Driver {
         }
     }
 
+    /// Carries out an action other than a read.
     fn act(&mut self, action: Action) {
         match action {
-            Action::Read { file, block } => self.read(file, block),
+            Action::Read { .. } => unreachable!("carry_out gathers reads into runs"),
             Action::Send { client, file, block } => {
                 let bytes = self.cache.get(&(file, block)).expect("scheduler sends only resident blocks").clone();
                 if let Some(c) = self.clients.get_mut(&client) {
@@ -412,27 +435,43 @@ impl Driver {
         }
     }
 
-    fn read(&mut self, file: FileId, block: BlockIdx) {
-        let entry = self.files.get(&file).expect("the scheduler reads only files with clients").0.clone();
+    /// Reads a run of blocks as one request and reports each block.
+    fn read(&mut self, run: Run) {
         let (io, driver, pacer) = (self.io.clone(), self.this.clone(), self.pacer.clone());
-        let slot = self.arena.as_ref().and_then(|a| a.slot());
+        let slots: Vec<_> = (0..run.count).map(|_| self.arena.as_ref().and_then(|a| a.slot())).collect();
         self.runtime.spawn(async move {
+            let Run { entry, first, count } = run;
             let _permit = io.acquire_owned().await;
+            let blocks = first..first + count;
+            let lens: Vec<u32> = blocks.clone().map(|b| entry.layout.block_len(b)).collect();
             if let Some(pacer) = pacer {
-                let len = u64::from(entry.layout.block_len(block));
+                let len = lens.iter().map(|&l| u64::from(l)).sum();
                 tokio::time::sleep(pacer.book(std::time::Instant::now(), len)).await;
             }
-            let (offset, len) = (entry.layout.offset(block), entry.layout.block_len(block));
-            let result = entry.source.read_block(offset, len).await.and_then(|bytes| checked(&entry, block, bytes));
-            // Into the arena, or copied out of a buffer the source shares
-            // (a larger origin block, say), so the budget counts what is held.
-            let result = result.map(|bytes| match slot.and_then(|s| s.fill(&bytes)) {
-                Some(kept) => kept,
-                None if entry.source.shares_buffers() => Bytes::copy_from_slice(&bytes),
-                None => bytes,
-            });
+            let results = entry.source.read_run(entry.layout.offset(first), lens).await;
+            // The blocks of a run share its buffer, as those of a source
+            // that shares buffers (a larger origin block) do: each goes into
+            // the arena or is copied out, so the budget counts what is held.
+            let shared = count > 1 || entry.source.shares_buffers();
+            let loaded: Vec<_> = blocks
+                .zip(results)
+                .zip(slots)
+                .map(|((block, result), slot)| {
+                    let result = result.and_then(|bytes| checked(&entry, block, bytes)).map(|bytes| {
+                        match slot.and_then(|s| s.fill(&bytes)) {
+                            Some(kept) => kept,
+                            None if shared => Bytes::copy_from_slice(&bytes),
+                            None => bytes,
+                        }
+                    });
+                    (block, result)
+                })
+                .collect();
             if let Some(driver) = driver.upgrade() {
-                lock(&driver).handle(Cmd::Loaded { file: entry, block, result });
+                let mut driver = lock(&driver);
+                for (block, result) in loaded {
+                    driver.handle(Cmd::Loaded { file: entry.clone(), block, result });
+                }
             }
         });
     }
@@ -455,6 +494,23 @@ impl Driver {
                 self.files.remove(&id);
             }
         }
+    }
+}
+
+/// Consecutive blocks of one file read as one request.
+struct Run {
+    entry: Arc<FileEntry>,
+    first: BlockIdx,
+    count: u32,
+}
+
+impl Run {
+    /// Most blocks in one request: 2 MiB of 64 KiB blocks.
+    const MAX_BLOCKS: u32 = 32;
+
+    /// Whether a read of `block` of `file` continues this run.
+    fn extends(&self, file: FileId, block: BlockIdx) -> bool {
+        self.entry.id == file && self.first + self.count == block && self.count < Self::MAX_BLOCKS
     }
 }
 

@@ -72,6 +72,21 @@ async fn clients_of_one_version_get_every_block_and_share_its_reads() {
 }
 
 #[tokio::test]
+async fn a_plain_download_alone_on_its_file_reads_runs_as_one_request_each() {
+    // 64 blocks of memory: runs of 32 blocks (rule C17), one request each.
+    let bytes = content(128);
+    let source = Arc::new(MemSource::new(bytes.clone(), BLOCK));
+    let file = entry(5, source.clone(), bytes.len() as u64);
+    let d = driver();
+    let (id, mb) = d.join(file, BlockSet::new(128), true, None);
+    let (got, end) = download(&d, id, &mb, bytes.len()).await;
+    assert!(matches!(end, End::Complete), "{end:?}");
+    assert_eq!(got, bytes);
+    assert_eq!(source.reads(), 128, "each block read once");
+    assert_eq!(source.requests(), 4, "one request per run of 32");
+}
+
+#[tokio::test]
 async fn a_source_that_changed_fails_its_clients_as_changed_not_as_storage() {
     let bytes = content(8);
     let faulty = Arc::new(FaultySource::new(Arc::new(MemSource::new(bytes.clone(), BLOCK))));

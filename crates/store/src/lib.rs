@@ -43,5 +43,5 @@ pub use error::StoreError;
 pub use index::{FileIndex, INDEX_DIR, default_index_dir};
 pub use local::{LocalFile, LocalPlace};
 pub use read_error::ReadError;
-pub use source::{BlockSource, ReadFuture};
+pub use source::{BlockSource, ReadFuture, RunFuture, read_each, split_run};
 pub use version::{FileVersion, SETTLE, Stamp};

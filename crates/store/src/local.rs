@@ -3,7 +3,9 @@
 //! the version), and the hash index loaded from the index directory or
 //! built once on a blocking thread, logging its progress.
 
-use crate::{BlockReader, BlockSource, FileIndex, FileVersion, ReadError, ReadFuture, StoreError};
+use crate::{
+    BlockReader, BlockSource, FileIndex, FileVersion, ReadError, ReadFuture, RunFuture, StoreError, split_run,
+};
 use bytes::Bytes;
 use std::{
     path::{Path, PathBuf},
@@ -132,6 +134,18 @@ impl BlockSource for LocalFile {
         })
     }
 
+    /// One `pread` for the whole run: one positioning on a disk.
+    fn read_run(&self, offset: u64, lens: Vec<u32>) -> RunFuture<'_> {
+        Box::pin(async move {
+            let total: u64 = lens.iter().map(|&l| u64::from(l)).sum();
+            let read = match u32::try_from(total) {
+                Ok(total) => self.read_block(offset, total).await,
+                Err(_) => Err(ReadError::internal(format!("a run of {total} bytes is too long for one read"))),
+            };
+            split_run(read, &lens)
+        })
+    }
+
     fn shares_buffers(&self) -> bool {
         false
     }
@@ -150,5 +164,40 @@ impl BlockSource for LocalFile {
 
     fn distrust(&self) {
         self.stale.store(true, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn source(dir: &Path, data: &[u8]) -> LocalFile {
+        let path = dir.join("f");
+        std::fs::File::create(&path).unwrap().write_all(data).unwrap();
+        let version = FileVersion::of(&std::fs::metadata(&path).unwrap());
+        let place = LocalPlace { root: dir, rel: "f", path: &path, index_dir: dir };
+        LocalFile::new(place, version, 65536)
+    }
+
+    #[tokio::test]
+    async fn a_run_is_read_whole_and_split_into_its_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..(3 * 65536 + 100)).map(|i| (i % 251) as u8).collect();
+        let file = source(dir.path(), &data);
+        let blocks = file.read_run(65536, vec![65536, 65536, 100]).await;
+        let got: Vec<&[u8]> = blocks.iter().map(|b| &b.as_ref().unwrap()[..]).collect();
+        assert_eq!(got, [&data[65536..131072], &data[131072..196608], &data[196608..]]);
+    }
+
+    #[tokio::test]
+    async fn a_run_of_a_shrunk_file_fails_every_block_as_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = vec![7u8; 4 * 65536];
+        let file = source(dir.path(), &data);
+        std::fs::OpenOptions::new().write(true).open(dir.path().join("f")).unwrap().set_len(65536 + 10).unwrap();
+        let blocks = file.read_run(0, vec![65536; 4]).await;
+        assert_eq!(blocks.len(), 4);
+        assert!(blocks.iter().all(|b| b.as_ref().is_err_and(ReadError::is_changed)), "{blocks:?}");
     }
 }

@@ -2,7 +2,7 @@
 //! a wrapper that fails chosen reads, so the driver and the servers above
 //! it are tested without a disk or an origin.
 
-use crate::{BlockSource, FileIndex, ReadError, ReadFuture};
+use crate::{BlockSource, FileIndex, ReadError, ReadFuture, RunFuture, read_each, split_run};
 use bytes::Bytes;
 use circus_core::{BlockLayout, Fault};
 use sha2::{Digest, Sha256};
@@ -20,6 +20,7 @@ pub struct MemSource {
     bytes: Bytes,
     index: Arc<FileIndex>,
     reads: AtomicU64,
+    requests: AtomicU64,
 }
 
 impl MemSource {
@@ -40,24 +41,42 @@ impl MemSource {
             root: circus_proto::compute_root(&leaves),
             leaves,
         };
-        MemSource { bytes, index: Arc::new(index), reads: AtomicU64::new(0) }
+        MemSource { bytes, index: Arc::new(index), reads: AtomicU64::new(0), requests: AtomicU64::new(0) }
     }
 
     /// Blocks read so far.
     pub fn reads(&self) -> u64 {
         self.reads.load(Ordering::Relaxed)
     }
+
+    /// Requests so far: a run of blocks read together counts once.
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    fn slice(&self, offset: u64, len: u64) -> Result<Bytes, ReadError> {
+        let (start, end) = (offset as usize, (offset + len) as usize);
+        match self.bytes.get(start..end) {
+            Some(_) => Ok(self.bytes.slice(start..end)),
+            None => Err(ReadError::storage(format!("read of {len} bytes at {offset} past the end"))),
+        }
+    }
 }
 
 impl BlockSource for MemSource {
     fn read_block(&self, offset: u64, len: u32) -> ReadFuture<'_, Bytes> {
         self.reads.fetch_add(1, Ordering::Relaxed);
-        let (start, end) = (offset as usize, offset as usize + len as usize);
-        let read = match self.bytes.get(start..end) {
-            Some(_) => Ok(self.bytes.slice(start..end)),
-            None => Err(ReadError::storage(format!("read of {len} bytes at {offset} past the end"))),
-        };
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let read = self.slice(offset, u64::from(len));
         Box::pin(async move { read })
+    }
+
+    /// One request for the run, as a local file reads it.
+    fn read_run(&self, offset: u64, lens: Vec<u32>) -> RunFuture<'_> {
+        self.reads.fetch_add(lens.len() as u64, Ordering::Relaxed);
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let read = self.slice(offset, lens.iter().map(|&l| u64::from(l)).sum());
+        Box::pin(async move { split_run(read, &lens) })
     }
 
     fn shares_buffers(&self) -> bool {
@@ -125,6 +144,17 @@ impl BlockSource for FaultySource {
                 Box::pin(async move { Err(e) })
             }
         }
+    }
+
+    /// A run with an injected block is read block by block, so each
+    /// injection hits its own block; other runs go to the inner source whole.
+    fn read_run(&self, offset: u64, lens: Vec<u32>) -> RunFuture<'_> {
+        let end = offset + lens.iter().map(|&l| u64::from(l)).sum::<u64>();
+        let injected = self.faults.lock().expect("faults lock").keys().any(|&at| (offset..end).contains(&at));
+        if !injected {
+            return self.inner.read_run(offset, lens);
+        }
+        Box::pin(read_each(self, offset, lens))
     }
 
     fn shares_buffers(&self) -> bool {
