@@ -7,6 +7,7 @@ mod index;
 mod serve;
 mod sign;
 mod sim;
+mod sim_cluster;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
@@ -36,6 +37,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Simulate a server, its disk and its clients with the real scheduler.
     Sim(sim::SimArgs),
+    /// Simulate a cluster of nodes under a flash crowd (origin load, balance, failures).
+    SimCluster(sim_cluster::SimClusterArgs),
     /// Download a file: natively from a circus server, over plain HTTP from any other.
     Get(get::GetArgs),
     /// Build the hash indexes of a directory's files ahead of serving.
@@ -68,6 +71,7 @@ fn main() {
     let result = match cli.command {
         Command::Serve(args) => serve::main(*args),
         Command::Sim(args) => sim::main(args),
+        Command::SimCluster(args) => sim_cluster::main(args),
         Command::Bench(args) => bench::main(args),
         Command::Get(args) => get::main(args),
         Command::Index(args) => index::main(args),

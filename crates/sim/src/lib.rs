@@ -14,9 +14,11 @@
 //! Parts: [`link`] (client classes and the TCP model), [`disk`] (one arm,
 //! positioning cost, media rate), the event loop, [`report`], [`bound`]
 //! (the fewest reads any cache could serve in-order readers with), and
-//! [`figures`] (the paper's Figures 7–17 as sweeps, CSV and SVG).
+//! [`figures`] (the paper's Figures 7–17 as sweeps, CSV and SVG), and
+//! [`cluster`] (a cluster of nodes under a flash crowd, counted in bytes).
 
 pub mod bound;
+pub mod cluster;
 mod config;
 pub mod disk;
 mod engine;

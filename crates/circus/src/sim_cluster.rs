@@ -1,0 +1,145 @@
+//! `circus sim-cluster`: a flash crowd on a cluster of nodes, counted in
+//! bytes by the placement code the servers would run.
+
+use anyhow::{Context, bail};
+use circus_cluster::PlacementConfig;
+use circus_core::ByteSize;
+use circus_sim::cluster::{ClusterReport, ClusterSimConfig, run_cluster};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::time::Duration;
+
+#[derive(Debug, Args)]
+pub struct SimClusterArgs {
+    #[arg(long, default_value_t = 100)]
+    nodes: u32,
+    /// Plain downloads in the crowd, arriving over --arrival-rounds.
+    #[arg(long, default_value_t = 100_000)]
+    clients: u32,
+    /// Size of the one object the crowd downloads.
+    #[arg(long, default_value = "10GiB")]
+    object: ByteSize,
+    /// Memory each node gives to groups.
+    #[arg(long, default_value = "2GiB")]
+    node_cache: ByteSize,
+    /// Bytes per group: the unit of placement and of fetches between nodes.
+    #[arg(long, default_value = "4MiB")]
+    group: ByteSize,
+    /// Most groups of one object a node owns, over the mean (bounded load).
+    #[arg(long, default_value_t = 1.25)]
+    load_factor: f64,
+    /// Nodes besides the owner that serve a hot group.
+    #[arg(long, default_value_t = 2)]
+    hot_replicas: u32,
+    /// Requests an owner serves for a group before it is hot.
+    #[arg(long, default_value_t = 8)]
+    hot_after: u32,
+    /// Rounds over which the crowd arrives (a client takes 1, 2 or 4 groups a round).
+    #[arg(long, default_value_t = 600)]
+    arrival_rounds: u32,
+    /// A node failure, ROUND:NODE; repeatable. Default: nodes 7, 42 and 77
+    /// at rounds 300, 900 and 1500. `--fail none` for none.
+    #[arg(long = "fail", value_name = "ROUND:NODE")]
+    fail: Vec<String>,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+impl SimClusterArgs {
+    fn config(&self) -> anyhow::Result<ClusterSimConfig> {
+        let defaults = ClusterSimConfig::default();
+        let failures = match self.fail.as_slice() {
+            [] => defaults.failures,
+            [none] if none == "none" => Vec::new(),
+            list => list.iter().map(|f| parse_failure(f)).collect::<anyhow::Result<_>>()?,
+        };
+        if self.load_factor.is_nan() || self.load_factor < 1.0 {
+            bail!("--load-factor must be at least 1.0 (the mean), got {}", self.load_factor);
+        }
+        if self.group.0 == 0 {
+            bail!("--group must be at least one byte");
+        }
+        Ok(ClusterSimConfig {
+            nodes: self.nodes,
+            clients: self.clients,
+            object_bytes: self.object.0,
+            node_cache_bytes: self.node_cache.0,
+            placement: PlacementConfig {
+                group_bytes: self.group.0,
+                load_factor: self.load_factor,
+                hot_replicas: self.hot_replicas,
+            },
+            arrival_rounds: self.arrival_rounds,
+            hot_after: self.hot_after,
+            failures,
+        })
+    }
+}
+
+fn parse_failure(s: &str) -> anyhow::Result<(u32, u32)> {
+    let (round, node) = s.split_once(':').with_context(|| format!("--fail {s}: expected ROUND:NODE"))?;
+    let round = round.parse().with_context(|| format!("--fail {s}: bad round"))?;
+    let node = node.parse().with_context(|| format!("--fail {s}: bad node"))?;
+    Ok((round, node))
+}
+
+pub fn main(args: SimClusterArgs) -> anyhow::Result<()> {
+    let cfg = args.config()?;
+    let bar = ProgressBar::new(u64::from(cfg.clients));
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} round {msg}: [{bar:40}] {pos}/{len} downloads done ({elapsed})")
+            .expect("valid template"),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let report = run_cluster(&cfg, &mut |round, done| {
+        if round % 16 == 0 {
+            bar.set_message(round.to_string());
+            bar.set_position(u64::from(done));
+        }
+    })?;
+    bar.finish_and_clear();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", table(&report));
+    }
+    Ok(())
+}
+
+fn table(r: &ClusterReport) -> String {
+    let c = &r.config;
+    let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+    let failed = |i: usize| c.failures.iter().any(|&(_, n)| n as usize == i);
+    let total: Vec<u64> =
+        (0..r.client_bytes.len()).filter(|&i| !failed(i)).map(|i| r.client_bytes[i] + r.peer_bytes[i]).collect();
+    let (least, most) = (total.iter().min().copied().unwrap_or(0), total.iter().max().copied().unwrap_or(0));
+    let failed: Vec<String> = c.failures.iter().map(|(r, n)| format!("node {n} at round {r}")).collect();
+    let mut out = String::new();
+    out += &format!(
+        "{} nodes, {} clients, one {:.1} GiB object in {} groups of {} MiB, {:.1} GiB of memory per node\n",
+        c.nodes,
+        c.clients,
+        gib(c.object_bytes),
+        r.groups,
+        c.placement.group_bytes >> 20,
+        gib(c.node_cache_bytes)
+    );
+    out += &format!("failures: {}\n", if failed.is_empty() { "none".to_owned() } else { failed.join(", ") });
+    out += "| figure | value |\n|---|---|\n";
+    out += &format!(
+        "| downloads completed | {} of {} ({} resumed on another node) |\n",
+        r.completed, c.clients, r.resumed
+    );
+    out += &format!("| origin bytes / object | {:.3} |\n", r.origin_per_object);
+    out += &format!("| node bytes sent, max / mean | {:.3} |\n", r.max_over_mean);
+    out += &format!("| peer bytes sent, max / mean | {:.3} |\n", r.peer_max_over_mean);
+    out += &format!(
+        "| node bytes sent, least / most of the nodes that never failed (GiB) | {:.0} / {:.0} |\n",
+        gib(least),
+        gib(most)
+    );
+    out += &format!("| hot groups | {} of {} |\n", r.hot_groups, r.groups);
+    out += &format!("| rounds | {} |\n", r.rounds);
+    out
+}
