@@ -19,8 +19,9 @@ pub struct SimClusterArgs {
     /// Size of the one object the crowd downloads.
     #[arg(long, default_value = "10GiB")]
     object: ByteSize,
-    /// Memory each node gives to groups.
-    #[arg(long, default_value = "2GiB")]
+    /// What each node keeps of groups it does not own (memory and the
+    /// tier's store on disk), least recently used out.
+    #[arg(long, default_value = "16GiB")]
     node_cache: ByteSize,
     /// Bytes per group: the unit of placement and of fetches between nodes.
     #[arg(long, default_value = "4MiB")]
@@ -117,7 +118,7 @@ fn table(r: &ClusterReport) -> String {
     let failed: Vec<String> = c.failures.iter().map(|(r, n)| format!("node {n} at round {r}")).collect();
     let mut out = String::new();
     out += &format!(
-        "{} nodes, {} clients, one {:.1} GiB object in {} groups of {} MiB, {:.1} GiB of memory per node\n",
+        "{} nodes, {} clients, one {:.1} GiB object in {} groups of {} MiB, {:.1} GiB kept per node\n",
         c.nodes,
         c.clients,
         gib(c.object_bytes),
@@ -134,6 +135,7 @@ fn table(r: &ClusterReport) -> String {
     out += &format!("| origin bytes / object | {:.3} |\n", r.origin_per_object);
     out += &format!("| node bytes sent, max / mean | {:.3} |\n", r.max_over_mean);
     out += &format!("| peer bytes sent, max / mean | {:.3} |\n", r.peer_max_over_mean);
+    out += &format!("| objects each node fetched from the others, mean | {:.2} |\n", r.peer_per_node);
     out += &format!(
         "| node bytes sent, least / most of the nodes that never failed (GiB) | {:.0} / {:.0} |\n",
         gib(least),

@@ -31,7 +31,8 @@ pub struct ClusterSimConfig {
     pub nodes: u32,
     pub clients: u32,
     pub object_bytes: u64,
-    /// Memory each node gives to groups.
+    /// What each node keeps of groups it does not own (its memory and the
+    /// tier's store on disk), least recently used out.
     pub node_cache_bytes: u64,
     pub placement: PlacementConfig,
     /// Rounds over which the crowd arrives.
@@ -49,7 +50,7 @@ impl Default for ClusterSimConfig {
             nodes: 100,
             clients: 100_000,
             object_bytes: 10 << 30,
-            node_cache_bytes: 2 << 30,
+            node_cache_bytes: 16 << 30,
             placement: PlacementConfig::default(),
             arrival_rounds: 600,
             hot_after: 8,
@@ -88,6 +89,9 @@ pub struct ClusterReport {
     pub max_over_mean: f64,
     /// The same for peer bytes alone: how evenly owners carry the fetches.
     pub peer_max_over_mean: f64,
+    /// Bytes sent between nodes over the object's size times the nodes:
+    /// how many times, on average, a node fetched the object from others.
+    pub peer_per_node: f64,
     pub hot_groups: u64,
 }
 
@@ -284,6 +288,8 @@ impl Cluster<'_> {
             origin_per_object: self.origin_bytes as f64 / self.cfg.object_bytes as f64,
             max_over_mean,
             peer_max_over_mean,
+            peer_per_node: self.peer_bytes.iter().sum::<u64>() as f64
+                / (self.cfg.object_bytes as f64 * f64::from(self.cfg.nodes)),
             hot_groups: self.hot.iter().filter(|&&h| h).count() as u64,
             client_bytes: self.client_bytes,
             peer_bytes: self.peer_bytes,
