@@ -368,6 +368,12 @@ fn add_sim(
 ) -> Result<(), BenchError> {
     let policy = if server == Server::Circus { "circus" } else { "sequential" };
     let mut args = point.sim_args(policy);
+    if server == Server::Circus
+        && let Some(favor) = favor_in(&opts.server_args)
+    {
+        // The simulator runs the scheduler as the server was told to.
+        args.extend(["--favor".into(), favor.to_owned()]);
+    }
     args.extend([
         "--disk-positioning".into(),
         format!("{}ms", opts.disk_params.positioning_s * 1e3),
@@ -397,6 +403,15 @@ fn add_sim(
     Ok(())
 }
 
+/// The `--favor` given to the servers (`--favor=X` or `--favor X`), if any.
+fn favor_in(server_args: &[String]) -> Option<&str> {
+    server_args.iter().enumerate().find_map(|(i, a)| match a.strip_prefix("--favor") {
+        Some(v) if v.starts_with('=') => Some(&v[1..]),
+        Some("") => server_args.get(i + 1).map(String::as_str),
+        _ => None,
+    })
+}
+
 /// One line for the progress log.
 pub fn summary(row: &Map<String, Value>) -> String {
     let f = |k: &str| row.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
@@ -413,4 +428,18 @@ pub fn summary(row: &Map<String, Value>) -> String {
         f("cpu_s"),
         f("peak_rss_bytes") / (1 << 20) as f64,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::favor_in;
+
+    #[test]
+    fn the_simulator_is_told_the_favor_the_servers_were_given() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(favor_in(&args(&["--cache", "4MiB", "--favor=storage"])), Some("storage"));
+        assert_eq!(favor_in(&args(&["--favor", "speed", "--cache", "4MiB"])), Some("speed"));
+        assert_eq!(favor_in(&args(&["--cache", "4MiB"])), None);
+        assert_eq!(favor_in(&args(&["--favorite=x"])), None);
+    }
 }
