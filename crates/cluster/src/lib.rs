@@ -7,7 +7,8 @@
 //! (highest random weight) hashing over the live members, as Kraken,
 //! Varnish's shard director and groupcache place content: each member
 //! scores each group, the best live score wins, and when a member leaves
-//! only its groups move, each to the member that ranked next.
+//! its groups move, each to the member that ranked next (with the load
+//! bound below, a few others move too).
 //!
 //! Plain rendezvous hashing leaves the owners of one object's groups
 //! unevenly loaded (2,560 groups over 100 members: the fullest owns about
@@ -25,6 +26,19 @@
 //!
 //! Pure and deterministic: the server and the simulator place with this
 //! same code.
+//!
+//! ```
+//! use circus_cluster::{MemberId, Membership, ObjectKey, ObjectPlacement, PlacementConfig};
+//! let mut members = Membership::new(&["10.0.0.1:8080", "10.0.0.2:8080", "10.0.0.3:8080"]);
+//! let cfg = PlacementConfig::default();
+//! let object = ObjectKey::of("/images/debian.iso");
+//! let groups = cfg.groups(1 << 30); // 256 groups of 4 MiB
+//! let before = ObjectPlacement::new(&members, object, groups, &cfg).unwrap();
+//! members.set_live(MemberId(1), false);
+//! let after = ObjectPlacement::new(&members, object, groups, &cfg).unwrap();
+//! assert!((0..groups).all(|g| after.owner(g) != MemberId(1)));
+//! assert_eq!(before.owned_by(MemberId(1)) + before.owned_by(MemberId(0)) + before.owned_by(MemberId(2)), groups);
+//! ```
 
 mod membership;
 mod placement;

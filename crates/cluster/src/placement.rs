@@ -166,13 +166,15 @@ mod tests {
     proptest! {
         /// When a member fails, its groups move, and at most twice as many
         /// others do (those displaced as its groups fill the next-ranked
-        /// members up to the bound). Measured over 20 failures each: 100
-        /// members and 2,560 groups move 0.12 others per group of the
-        /// failed member on average (0.25 at worst); 50 members and 200
-        /// groups, 0.64 (2.0).
+        /// members up to the bound). An observed bound, not a proven one:
+        /// measured while the rule was chosen, over 20 failures each, 100
+        /// members and 2,560 groups moved 0.12 others per group of the
+        /// failed member on average (0.25 at worst), 50 members and 200
+        /// groups 0.64 (2.0). From five members up, so that the bound over
+        /// all members still covers the live ones after one failure.
         #[test]
         fn a_failure_moves_the_failed_members_groups_and_at_most_twice_as_many_others(
-            n in 3usize..60, per_member in 4u64..60, dead in 0usize..60, object in any::<u64>(),
+            n in 5usize..60, per_member in 4u64..60, dead in 0usize..60, object in any::<u64>(),
         ) {
             let (dead, groups) = (MemberId((dead % n) as u32), per_member * n as u64);
             let cfg = PlacementConfig::default();

@@ -92,10 +92,11 @@ pub const HOLD_STALL_NANOS: u64 = 2_000_000_000;
 /// scheduler instead of six or seven.
 pub const IN_ORDER_HIT_QUEUE: u32 = 32;
 
-/// Most bytes one storage read brings for an in-order client (C17): 512 KiB,
-/// eight 64 KiB blocks, four times the kernel's default read-ahead window.
-/// With one positioning per run instead of per block, a disk serves several
-/// times as many plain downloads of distinct files.
+/// Longest read-ahead run of an in-order client alone on its file (C17),
+/// unless `readahead` asks for more: 512 KiB, eight 64 KiB blocks, four
+/// times the kernel's default read-ahead window. With one positioning per
+/// run instead of per block, a disk serves several times as many plain
+/// downloads of distinct files.
 pub const IN_ORDER_RUN_BYTES: u64 = 512 * 1024;
 
 impl SchedConfig {

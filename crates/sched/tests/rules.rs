@@ -819,6 +819,10 @@ fn c17_a_plain_download_alone_on_its_file_reads_runs_sized_by_memory() {
     assert_eq!(reads(&d)[before..], (0..8).collect::<Vec<_>>());
     d.drain();
     assert_eq!(d.completed.len(), 4);
+    // Once they are gone, a new one has the half to itself again.
+    let before = reads(&d).len();
+    d.join(5, 5, u64::from(n) * B, None);
+    assert_eq!(reads(&d)[before..], (0..32).collect::<Vec<_>>());
 }
 
 #[test]
@@ -837,7 +841,9 @@ fn c17_runs_stop_at_512_kib_and_leave_shared_files_alone() {
     d.join(1, 1, u64::from(n) * B, None);
     d.in_order_joins = true;
     d.join(2, 1, u64::from(n) * B, None);
+    step(&mut d, 200);
+    assert!(d.completed.is_empty(), "both still download");
+    assert_eq!(d.s.counters().readahead_reads, 0);
     d.drain();
     assert_eq!(d.completed.len(), 2);
-    assert_eq!(d.s.counters().readahead_reads, 0);
 }

@@ -322,7 +322,7 @@ impl Driver {
     ///
     /// Reads of consecutive blocks of one file, as a read-ahead run (rules
     /// C10, C17) or a queue filled at once gives them, go to storage as one
-    /// request: the other actions never touch a block being read, so they
+    /// request when its source reads runs whole: the other actions never touch a block being read, so they
     /// need not wait for the run to be gathered.
     fn carry_out(&mut self) {
         let mut actions = std::mem::take(&mut self.actions);
@@ -505,12 +505,19 @@ struct Run {
 }
 
 impl Run {
-    /// Most blocks in one request: 2 MiB of 64 KiB blocks.
-    const MAX_BLOCKS: u32 = 32;
+    /// Most bytes in one request (a run of blocks past this starts another).
+    const MAX_BYTES: u64 = 2 << 20;
 
-    /// Whether a read of `block` of `file` continues this run.
+    /// Whether a read of `block` of `file` continues this run: the next
+    /// block of the same file, whose source reads runs whole, within
+    /// `MAX_BYTES`.
     fn extends(&self, file: FileId, block: BlockIdx) -> bool {
-        self.entry.id == file && self.first + self.count == block && self.count < Self::MAX_BLOCKS
+        let layout = &self.entry.layout;
+        let bytes = layout.offset(block) + u64::from(layout.block_len(block)) - layout.offset(self.first);
+        self.entry.id == file
+            && self.first + self.count == block
+            && bytes <= Self::MAX_BYTES
+            && self.entry.source.reads_runs()
     }
 }
 

@@ -86,6 +86,42 @@ async fn a_plain_download_alone_on_its_file_reads_runs_as_one_request_each() {
     assert_eq!(source.requests(), 4, "one request per run of 32");
 }
 
+/// A source that fetches blocks on its own, as the origin tier does: it
+/// does not read runs whole.
+#[derive(Debug)]
+struct OneByOne(Arc<MemSource>);
+
+impl BlockSource for OneByOne {
+    fn read_block(&self, offset: u64, len: u32) -> circus_store::ReadFuture<'_, Bytes> {
+        self.0.read_block(offset, len)
+    }
+
+    fn shares_buffers(&self) -> bool {
+        true
+    }
+
+    fn index(&self) -> circus_store::ReadFuture<'_, Arc<circus_store::FileIndex>> {
+        self.0.index()
+    }
+
+    fn index_now(&self) -> Option<Arc<circus_store::FileIndex>> {
+        self.0.index_now()
+    }
+}
+
+#[tokio::test]
+async fn blocks_of_a_source_that_does_not_read_runs_are_read_one_by_one() {
+    let bytes = content(64);
+    let mem = Arc::new(MemSource::new(bytes.clone(), BLOCK));
+    let file = entry(6, Arc::new(OneByOne(mem.clone())), bytes.len() as u64);
+    let d = driver();
+    let (id, mb) = d.join(file, BlockSet::new(64), true, None);
+    let (got, end) = download(&d, id, &mb, bytes.len()).await;
+    assert!(matches!(end, End::Complete), "{end:?}");
+    assert_eq!(got, bytes);
+    assert_eq!(mem.requests(), 64, "each block its own request, reported as it arrives");
+}
+
 #[tokio::test]
 async fn a_source_that_changed_fails_its_clients_as_changed_not_as_storage() {
     let bytes = content(8);

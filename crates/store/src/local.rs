@@ -4,7 +4,8 @@
 //! built once on a blocking thread, logging its progress.
 
 use crate::{
-    BlockReader, BlockSource, FileIndex, FileVersion, ReadError, ReadFuture, RunFuture, StoreError, split_run,
+    BlockReader, BlockSource, FileIndex, FileVersion, ReadError, ReadFuture, RunFuture, StoreError, read_each,
+    split_run,
 };
 use bytes::Bytes;
 use std::{
@@ -134,7 +135,13 @@ impl BlockSource for LocalFile {
         })
     }
 
-    /// One `pread` for the whole run: one positioning on a disk.
+    fn reads_runs(&self) -> bool {
+        true
+    }
+
+    /// One `pread` for the whole run: one positioning on a disk. A run that
+    /// fails for another reason than a changed file is read again block
+    /// by block, so that a bad sector fails its own block only.
     fn read_run(&self, offset: u64, lens: Vec<u32>) -> RunFuture<'_> {
         Box::pin(async move {
             let total: u64 = lens.iter().map(|&l| u64::from(l)).sum();
@@ -142,7 +149,10 @@ impl BlockSource for LocalFile {
                 Ok(total) => self.read_block(offset, total).await,
                 Err(_) => Err(ReadError::internal(format!("a run of {total} bytes is too long for one read"))),
             };
-            split_run(read, &lens)
+            match read {
+                Err(e) if !e.is_changed() && lens.len() > 1 => read_each(self, offset, lens).await,
+                read => split_run(read, &lens),
+            }
         })
     }
 

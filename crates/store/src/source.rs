@@ -18,11 +18,20 @@ pub trait BlockSource: fmt::Debug + Send + Sync {
     /// is no longer what it was fails with a changed [`ReadError`].
     fn read_block(&self, offset: u64, len: u32) -> ReadFuture<'_, Bytes>;
 
+    /// Whether [`read_run`](Self::read_run) reads a run as one request, so
+    /// that consecutive blocks are worth gathering (a local file: one
+    /// `pread`, one disk positioning). A source that fetches blocks
+    /// concurrently on its own (the origin tier) says no: its blocks are
+    /// read one by one, each reported as soon as it arrives.
+    fn reads_runs(&self) -> bool {
+        false
+    }
+
     /// Consecutive blocks, the first at `offset`, of lengths `lens`: one
-    /// result per block. A source that can reads them as one request (one
-    /// disk positioning instead of one per block), and the blocks may then
-    /// share one buffer. By default, one [`read_block`](Self::read_block)
-    /// after another.
+    /// result per block. A source that [`reads_runs`](Self::reads_runs)
+    /// reads them as one request, and the blocks may then share one
+    /// buffer. By default, one [`read_block`](Self::read_block) after
+    /// another.
     fn read_run(&self, offset: u64, lens: Vec<u32>) -> RunFuture<'_> {
         Box::pin(read_each(self, offset, lens))
     }

@@ -71,6 +71,10 @@ impl BlockSource for MemSource {
         Box::pin(async move { read })
     }
 
+    fn reads_runs(&self) -> bool {
+        true
+    }
+
     /// One request for the run, as a local file reads it.
     fn read_run(&self, offset: u64, lens: Vec<u32>) -> RunFuture<'_> {
         self.reads.fetch_add(lens.len() as u64, Ordering::Relaxed);
@@ -144,6 +148,10 @@ impl BlockSource for FaultySource {
                 Box::pin(async move { Err(e) })
             }
         }
+    }
+
+    fn reads_runs(&self) -> bool {
+        self.inner.reads_runs()
     }
 
     /// A run with an injected block is read block by block, so each

@@ -7,13 +7,16 @@
 //! `arrival_rounds`; each client goes to the live node with the fewest
 //! clients (HAProxy's `leastconn`), and takes its groups in order, `speed`
 //! groups a round (speeds 1, 2 and 4 in turn, a mix of link rates). A node
-//! serves a group from its memory (least recently used out, groups it owns
-//! kept before others); a group it lacks it fetches from the group's source
-//! (the owner, or when the group is hot one of its replicas, which fetch
-//! from the owner), and only an owner fetches from the origin. A fetch
+//! serves a group from what it keeps (memory and the tier's store on disk,
+//! `node_cache_bytes`, least recently used out); a group it lacks it
+//! fetches from the group's source (the owner, or when the group is hot
+//! one of its replicas, which fetch from the owner). Only an owner fetches
+//! from the origin, and it also keeps the groups it owns in its store,
+//! outside that budget, so it fetches each once while it owns it; a node
+//! that becomes an owner stores what it holds of its new groups. A fetch
 //! completes within the round: the model counts bytes (origin load, bytes
 //! each node sends to clients and to peers), not time. A failed node loses
-//! its memory; its clients resume on the least loaded live node from the
+//! everything; its clients resume on the least loaded live node from the
 //! group they had reached, and the placement is recomputed over the live
 //! members.
 //!
@@ -21,6 +24,7 @@
 //! carry the crowd, for a cluster and a crowd no one machine can run.
 
 mod lru;
+mod table;
 
 use circus_cluster::{MemberId, Membership, ObjectKey, ObjectPlacement, PlacementConfig};
 use lru::GroupLru;
@@ -31,8 +35,9 @@ pub struct ClusterSimConfig {
     pub nodes: u32,
     pub clients: u32,
     pub object_bytes: u64,
-    /// What each node keeps of groups it does not own (its memory and the
-    /// tier's store on disk), least recently used out.
+    /// What each node keeps of the groups it serves (its memory and the
+    /// tier's store on disk), least recently used out. An owner keeps the
+    /// groups it owns besides.
     pub node_cache_bytes: u64,
     pub placement: PlacementConfig,
     /// Rounds over which the crowd arrives.
@@ -84,8 +89,8 @@ pub struct ClusterReport {
     /// Per node: bytes sent to clients, and to other nodes.
     pub client_bytes: Vec<u64>,
     pub peer_bytes: Vec<u64>,
-    /// Most bytes a node sent (clients and peers) over the mean of the
-    /// nodes that never failed.
+    /// Most bytes a node sent (clients and peers) over the mean, both over
+    /// the nodes that never failed.
     pub max_over_mean: f64,
     /// The same for peer bytes alone: how evenly owners carry the fetches.
     pub peer_max_over_mean: f64,
@@ -273,7 +278,7 @@ impl Cluster<'_> {
             (0..self.cfg.nodes as usize).filter(|&i| self.members.is_live(MemberId(i as u32))).collect();
         let ratio = |v: &dyn Fn(usize) -> u64| {
             let mean = survivors.iter().map(|&i| v(i)).sum::<u64>() as f64 / survivors.len().max(1) as f64;
-            let most = (0..self.cfg.nodes as usize).map(v).max().unwrap_or(0) as f64;
+            let most = survivors.iter().map(|&i| v(i)).max().unwrap_or(0) as f64;
             if mean > 0.0 { most / mean } else { 0.0 }
         };
         let max_over_mean = ratio(&|i| self.client_bytes[i] + self.peer_bytes[i]);
@@ -327,8 +332,10 @@ mod tests {
         let r = run_cluster(&cfg, &mut |_, _| {}).unwrap();
         assert_eq!(r.completed, 400, "every client completes through another node");
         assert!(r.resumed > 0);
-        // The failed node owned about an eighth of the groups (bounded by
-        // 1.25 times that); only those can be fetched again.
+        // The failed node owned at most 1.25 eighths of the groups; those,
+        // and the few of live nodes that the bound displaces as they move,
+        // are all that can be fetched again. (The nodes' names and the
+        // object's are fixed, so this run's placement is too.)
         assert!(r.origin_per_object <= 1.0 + 1.25 / 8.0 + 1e-9, "{}", r.origin_per_object);
     }
 
