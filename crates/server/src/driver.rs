@@ -512,12 +512,11 @@ impl Run {
     /// block of the same file, whose source reads runs whole, within
     /// `MAX_BYTES`.
     fn extends(&self, file: FileId, block: BlockIdx) -> bool {
+        if self.entry.id != file || self.first + self.count != block || !self.entry.source.reads_runs() {
+            return false;
+        }
         let layout = &self.entry.layout;
-        let bytes = layout.offset(block) + u64::from(layout.block_len(block)) - layout.offset(self.first);
-        self.entry.id == file
-            && self.first + self.count == block
-            && bytes <= Self::MAX_BYTES
-            && self.entry.source.reads_runs()
+        layout.offset(block) + u64::from(layout.block_len(block)) - layout.offset(self.first) <= Self::MAX_BYTES
     }
 }
 

@@ -160,3 +160,18 @@ async fn a_block_that_fails_its_hash_is_never_sent_and_the_version_is_distrusted
     assert!(got[2 * BLOCK as usize..].iter().all(|&b| b == 0), "nothing of or after the bad block is sent in order");
     assert!(faulty.was_distrusted());
 }
+
+#[test]
+fn a_run_takes_the_next_block_of_its_file_only() {
+    // A read of an earlier block must not be mistaken for a continuation
+    // (the byte count would underflow), nor one of another file.
+    let bytes = content(1024);
+    let file = entry(7, Arc::new(MemSource::new(bytes.clone(), BLOCK)), bytes.len() as u64);
+    let run = super::Run { entry: file, first: 10, count: 2 };
+    assert!(run.extends(FileId(7), 12));
+    assert!(!run.extends(FileId(7), 3), "an earlier block");
+    assert!(!run.extends(FileId(7), 13), "a gap");
+    assert!(!run.extends(FileId(8), 12), "another file");
+    let long = super::Run { count: (2 << 20) / BLOCK, ..run };
+    assert!(!long.extends(FileId(7), 10 + (2 << 20) / BLOCK), "past 2 MiB");
+}
