@@ -435,7 +435,7 @@ mod tests {
     use super::favor_in;
 
     #[test]
-    fn the_simulator_is_told_the_favor_the_servers_were_given() {
+    fn favor_in_finds_the_servers_favor_in_either_form() {
         let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(favor_in(&args(&["--cache", "4MiB", "--favor=storage"])), Some("storage"));
         assert_eq!(favor_in(&args(&["--favor", "speed", "--cache", "4MiB"])), Some("speed"));

@@ -107,3 +107,16 @@ pub fn main(args: SimClusterArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::parse_failure;
+
+    #[test]
+    fn failures_are_round_colon_node_and_anything_else_is_refused() {
+        assert_eq!(parse_failure("300:7").unwrap(), (300, 7));
+        for bad in ["300", "300:", ":7", "x:7", "3:-1", "99999999999:1", "1:2:3"] {
+            assert!(parse_failure(bad).is_err(), "{bad}");
+        }
+    }
+}

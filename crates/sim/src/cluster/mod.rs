@@ -72,7 +72,19 @@ pub enum ClusterSimError {
     NoSuchNode(u32, u32),
     #[error("every node has failed by round {0}: nobody is left to serve the crowd")]
     AllFailed(u32),
+    #[error("groups must be at least one byte")]
+    NoGroupSize,
+    #[error(
+        "{groups} groups on {nodes} nodes is more than the model tracks (at most {MAX_GROUPS} groups and {MAX_NODE_GROUPS} node-groups): give --group a larger size or fewer --nodes"
+    )]
+    TooLarge { groups: u64, nodes: u32 },
 }
+
+/// Most groups of the object, and of groups times nodes (each node keeps a
+/// few bytes per group): beyond, the model's memory would not fit a
+/// machine.
+pub const MAX_GROUPS: u64 = 1 << 24;
+pub const MAX_NODE_GROUPS: u64 = 1 << 29;
 
 /// What a crowd cost.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -134,10 +146,16 @@ pub fn run_cluster(cfg: &ClusterSimConfig, progress: Progress<'_>) -> Result<Clu
     if let Some(&(_, n)) = cfg.failures.iter().find(|&&(_, n)| n >= cfg.nodes) {
         return Err(ClusterSimError::NoSuchNode(n, cfg.nodes));
     }
+    if cfg.placement.group_bytes == 0 {
+        return Err(ClusterSimError::NoGroupSize);
+    }
+    let groups = cfg.placement.groups(cfg.object_bytes);
+    if groups > MAX_GROUPS || groups * u64::from(cfg.nodes) > MAX_NODE_GROUPS {
+        return Err(ClusterSimError::TooLarge { groups, nodes: cfg.nodes });
+    }
     let names: Vec<String> = (0..cfg.nodes).map(|i| format!("node-{i}")).collect();
     let members = Membership::new(&names);
     let object = ObjectKey::of("/crowd/object");
-    let groups = cfg.placement.groups(cfg.object_bytes);
     let placement = ObjectPlacement::new(&members, object, groups, &cfg.placement).ok_or(ClusterSimError::Empty)?;
     let capacity = (cfg.node_cache_bytes / cfg.placement.group_bytes).clamp(1, u64::from(u32::MAX)) as u32;
     let n = cfg.nodes as usize;
@@ -337,6 +355,22 @@ mod tests {
         // are all that can be fetched again. (The nodes' names and the
         // object's are fixed, so this run's placement is too.)
         assert!(r.origin_per_object <= 1.0 + 1.25 / 8.0 + 1e-9, "{}", r.origin_per_object);
+    }
+
+    #[test]
+    fn settings_that_cannot_run_are_refused_with_a_reason_before_any_allocation() {
+        let err = |cfg: ClusterSimConfig| run_cluster(&cfg, &mut |_, _| {}).unwrap_err();
+        assert_eq!(err(ClusterSimConfig { nodes: 0, ..small() }), ClusterSimError::Empty);
+        assert_eq!(err(ClusterSimConfig { failures: vec![(1, 8)], ..small() }), ClusterSimError::NoSuchNode(8, 8));
+        let mut no_size = small();
+        no_size.placement.group_bytes = 0;
+        assert_eq!(err(no_size), ClusterSimError::NoGroupSize);
+        // One-byte groups of a 10 GiB object: 10 billion groups.
+        let mut tiny = ClusterSimConfig { object_bytes: 10 << 30, ..small() };
+        tiny.placement.group_bytes = 1;
+        assert!(matches!(err(tiny), ClusterSimError::TooLarge { .. }));
+        let many = ClusterSimConfig { nodes: u32::MAX, object_bytes: 10 << 30, failures: vec![], ..small() };
+        assert!(matches!(err(many), ClusterSimError::TooLarge { .. }));
     }
 
     #[test]
