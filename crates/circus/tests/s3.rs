@@ -321,7 +321,15 @@ fn crowd_through_s3_fetches_each_byte_once() {
             let (addr, obj) = (addr.clone(), obj.clone());
             std::thread::spawn(move || {
                 let got = get(&addr, "/crowd.bin", &[], None);
-                assert!(got.status == 200 && got.complete && got.body == *obj, "a client got other bytes");
+                let same = got.body.iter().zip(obj.iter()).take_while(|(a, b)| a == b).count();
+                assert!(
+                    got.status == 200 && got.complete && got.body == *obj,
+                    "a client got other bytes: status {}, {} of {} bytes, the first {same} right, {:?}",
+                    got.status,
+                    got.body.len(),
+                    obj.len(),
+                    got.headers
+                );
             })
         })
         .collect();

@@ -101,7 +101,8 @@ impl Integrity {
         let hashing = Hashing { hasher: Some(hasher), next: 0, pending: BTreeMap::new(), pending_bytes: 0 };
         let integrity = Integrity { expected, layout, hashing: Mutex::new(hashing), outcome: OnceLock::new() };
         if layout.blocks() == 0 {
-            let _ = integrity.finish(); // kept as the outcome
+            let hasher = integrity.hashing.lock().expect("integrity lock").hasher.take();
+            let _ = integrity.finish(hasher); // kept as the outcome
         }
         integrity
     }
@@ -130,12 +131,16 @@ impl Integrity {
         if h.next < self.layout.blocks() {
             return None;
         }
+        // Taken under the lock that hashed the last block, so that nobody
+        // sees a running digest that waits for a block past the end.
+        let hasher = h.hasher.take();
         drop(h);
-        Some(self.finish())
+        Some(self.finish(hasher))
     }
 
-    fn finish(&self) -> Result<(), ReadError> {
-        let hasher = self.hashing.lock().expect("integrity lock").hasher.take();
+    /// Compares the finished digest with the expected one (`None`: another
+    /// thread finished it) and keeps the outcome.
+    fn finish(&self, hasher: Option<Hasher>) -> Result<(), ReadError> {
         let ok = match (hasher, self.expected) {
             (Some(Hasher::Sha256(s)), Expected::Sha256(want)) => s.finalize().as_slice() == want,
             (Some(Hasher::Md5(m)), Expected::Md5(want)) => m.finalize().as_slice() == want,
@@ -208,6 +213,33 @@ mod tests {
         other.record(1, &Bytes::from(spliced));
         assert!(matches!(other.record(2, &parts[2]), Some(Err(_))));
         assert!(!other.verified());
+    }
+
+    /// The block the digest waits for is always one of the version's, even
+    /// while another thread hashes the last block (a reader asked for block
+    /// `blocks()` in that moment and the tier panicked).
+    #[test]
+    fn the_block_the_digest_waits_for_is_never_past_the_end() {
+        let data = vec![7u8; 2 * 4096];
+        let layout = BlockLayout::new(data.len() as u64, 4096);
+        let want = Expected::Sha256(sha2::Sha256::digest(&data).into());
+        let parts = blocks(&data, 4096);
+        for _ in 0..2_000 {
+            let check = std::sync::Arc::new(Integrity::new(want, layout));
+            let watcher = {
+                let check = check.clone();
+                std::thread::spawn(move || {
+                    while check.outcome().is_none() {
+                        if let Some(b) = check.next_needed() {
+                            assert!(b < layout.blocks(), "the digest waits for block {b} of {}", layout.blocks());
+                        }
+                    }
+                })
+            };
+            check.record(0, &parts[0]);
+            assert_eq!(check.record(1, &parts[1]), Some(Ok(())));
+            watcher.join().unwrap();
+        }
     }
 
     #[test]

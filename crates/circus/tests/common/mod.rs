@@ -5,7 +5,11 @@ use std::{
     io::{BufRead, BufReader, Read, Write},
     net::TcpStream,
     process::{Child, Command, Stdio},
+    sync::{Arc, Mutex},
 };
+
+/// How much of a server's log a failing test shows: its last 64 KiB.
+const LOG_TAIL: usize = 64 << 10;
 
 /// A running `circus serve`, killed when dropped however the test ends.
 pub struct ServerProc {
@@ -15,12 +19,30 @@ pub struct ServerProc {
     /// The admin listener (/metrics, /status, purge, prefetch).
     #[allow(dead_code, reason = "each test file compiles this module; only some read metrics")]
     pub admin: String,
+    /// The tail of the server's log (stderr), shown when the test fails.
+    log: Arc<Mutex<Vec<u8>>>,
 }
 
 impl Drop for ServerProc {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::thread::panicking() {
+            let log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+            eprintln!("--- the log of circus serve on {} (last {LOG_TAIL} bytes) ---", self.addr);
+            eprintln!("{}", String::from_utf8_lossy(&log));
+        }
+    }
+}
+
+/// Keeps the last [`LOG_TAIL`] bytes of `from` in `into` until EOF.
+fn keep_tail(mut from: impl Read, into: Arc<Mutex<Vec<u8>>>) {
+    let mut buf = [0; 8192];
+    while let Ok(n @ 1..) = from.read(&mut buf) {
+        let mut log = into.lock().unwrap_or_else(|e| e.into_inner());
+        log.extend_from_slice(&buf[..n]);
+        let over = log.len().saturating_sub(LOG_TAIL);
+        log.drain(..over);
     }
 }
 
@@ -42,9 +64,13 @@ pub fn serve_env(args: &[&str], env: &[(&str, &str)]) -> ServerProc {
         .env("CIRCUS_LOG", "warn")
         .envs(env.iter().copied())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("start circus serve");
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let stderr = child.stderr.take().expect("piped stderr");
+    let tail = log.clone();
+    std::thread::spawn(move || keep_tail(stderr, tail));
     let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
     let mut lines = [String::new(), String::new()];
     for line in &mut lines {
@@ -53,7 +79,7 @@ pub fn serve_env(args: &[&str], env: &[(&str, &str)]) -> ServerProc {
     std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
     let addr = lines[0].trim().strip_prefix("circus listening on http://").unwrap_or_else(|| panic!("{lines:?}"));
     let admin = lines[1].trim().strip_prefix("circus admin on http://").unwrap_or_else(|| panic!("{lines:?}"));
-    ServerProc { child, addr: addr.to_owned(), admin: admin.to_owned() }
+    ServerProc { child, addr: addr.to_owned(), admin: admin.to_owned(), log }
 }
 
 /// Reads a response head from `r`: the status and the fields, names
