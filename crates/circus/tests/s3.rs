@@ -302,13 +302,6 @@ fn s3_killed_mid_transfer_gives_a_short_body() {
     assert!(got.body.len() >= 1 << 20);
 }
 
-/// The tier's `/metrics` counter `name` (Prometheus text).
-fn metric(addr: &str, name: &str) -> u64 {
-    let text = String::from_utf8(get(addr, "/metrics", &[], None).body).unwrap();
-    let line = text.lines().find(|l| l.split_whitespace().next() == Some(name));
-    line.and_then(|l| l.split_whitespace().nth(1)?.parse().ok()).unwrap_or_else(|| panic!("no {name} in\n{text}"))
-}
-
 #[test]
 fn crowd_through_s3_fetches_each_byte_once() {
     let s3 = S3Server::start();
@@ -337,5 +330,5 @@ fn crowd_through_s3_fetches_each_byte_once() {
         c.join().unwrap();
     }
     // Eight clients at once, one origin read of each byte.
-    assert_eq!(metric(&server.admin, "circus_origin_fetched_bytes_total"), 4 << 20);
+    assert_eq!(common::metric(&server.admin, "circus_origin_fetched_bytes_total"), f64::from(4 << 20));
 }

@@ -6,11 +6,13 @@
 use crate::client::content_range;
 use crate::{
     Lookup, Object, OriginTier, integrity, metrics,
+    peers::{PEER_HEADER, Upstream},
     respond::{forwarded, whole},
     rfc9111,
     source::{OriginBody, OriginResponse},
 };
 use bytes::Bytes;
+use circus_cluster::MemberId;
 use circus_store::ReadError;
 use futures_util::StreamExt;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -36,9 +38,8 @@ impl OriginTier {
         let first_block = format!("bytes=0-{}", self.block_size - 1);
         fh.insert(header::RANGE, HeaderValue::from_str(&first_block).expect("ASCII"));
         let request_time = SystemTime::now();
-        self.metrics.origin_requests.inc();
-        let res = match self.client.get(target, &fh).await {
-            Ok(res) => res,
+        let (res, peer) = match self.first_answer(target, fh).await {
+            Ok(answered) => answered,
             Err(e) => {
                 self.metrics.origin_errors.inc();
                 return Lookup::Failed(e);
@@ -128,10 +129,46 @@ impl OriginTier {
                 return Lookup::Failed(ReadError::origin("origin answered a range that ends inside a block"));
             }
             let fetches = self.register(&obj, 0, last);
-            self.spawn_fetch(obj.clone(), 0, fetches, Some(res));
+            self.spawn_fetch(obj.clone(), 0, fetches, Some((res, peer)), Upstream::Owner);
         }
         self.store.put_object(target, obj.clone());
         Lookup::Stored(obj)
+    }
+
+    /// The first answer for `target` to the request headers `fh`: from the
+    /// owner of its first group when that is another live member (a member
+    /// that fails is out, and the next is asked), else from the origin;
+    /// with the member that answered.
+    ///
+    /// Asked for a peer too: the owner of a first group is the first of
+    /// that group's ranking among the members live in the asker's view,
+    /// and the asker is live in its own, so each hop goes to a member that
+    /// scores higher than the one before. However the views differ, no
+    /// request comes back to a member it passed.
+    async fn first_answer(
+        &self,
+        target: &str,
+        mut fh: HeaderMap,
+    ) -> Result<(OriginResponse, Option<MemberId>), ReadError> {
+        if let Some(peers) = &self.peers {
+            for _ in 0..peers.len() {
+                let Some(m) = peers.first_owner(target) else { break };
+                fh.insert(PEER_HEADER, HeaderValue::from_static("1"));
+                self.metrics.peer_requests.inc();
+                let failure = match peers.client(m).get(target, &fh).await {
+                    Ok(res) if res.status().is_server_error() => format!("answered {}", res.status().as_u16()),
+                    Ok(res) => return Ok((OriginResponse::from_http(res)?, Some(m))),
+                    Err(e) => e.to_string(),
+                };
+                self.metrics.peer_errors.inc();
+                if peers.set_live(m, false) {
+                    tracing::warn!(peer = peers.url(m), why = %failure, "peer failed: out of the placement");
+                }
+            }
+            fh.remove(PEER_HEADER);
+        }
+        self.metrics.origin_requests.inc();
+        Ok((self.client.get(target, &fh).await?, None))
     }
 
     /// Stores an answer of another status than 200 whole, body and all,

@@ -5,10 +5,15 @@
 //! the scheduler's driver reads it.
 
 use crate::{
-    BlockRef, Object, OriginTier, client::content_range, fetch::BlockFetch, integrity, leaves, metrics,
+    BlockRef, Object, OriginTier,
+    client::content_range,
+    fetch::BlockFetch,
+    integrity, leaves, metrics,
+    peers::{PEER_HEADER, Upstream},
     source::OriginResponse,
 };
 use bytes::Bytes;
+use circus_cluster::MemberId;
 use circus_store::{BlockSource, FileIndex, ReadError, ReadFuture};
 use futures_util::StreamExt;
 use http::{HeaderName, StatusCode, header};
@@ -16,17 +21,17 @@ use std::sync::Arc;
 
 impl OriginTier {
     /// Block `b` of `obj`, resident or on its way; starts fetches for it and
-    /// the `readahead` blocks after it that are neither.
-    pub(crate) fn block(self: &Arc<Self>, obj: &Arc<Object>, b: u32, readahead: u32) -> BlockRef {
+    /// the `readahead` blocks after it that are neither, from `upstream`.
+    pub(crate) fn block(self: &Arc<Self>, obj: &Arc<Object>, b: u32, readahead: u32, upstream: Upstream) -> BlockRef {
         let last = (b + readahead).min(obj.layout.blocks() - 1);
         if let Some(bytes) = self.store.block(obj.version, b) {
             if last > b {
-                self.ensure(obj, b + 1, last);
+                self.ensure(obj, b + 1, last, upstream);
             }
             return BlockRef::Ready(bytes);
         }
         loop {
-            self.ensure(obj, b, last);
+            self.ensure(obj, b, last, upstream);
             if let Some(f) = self.inflight.lock().expect("inflight lock").get(&(obj.version, b)) {
                 return BlockRef::Pending(f.clone());
             }
@@ -47,7 +52,7 @@ impl OriginTier {
         let at = (offset - obj.layout.offset(b)) as usize;
         // The scheduler's reads are the demand: no read-ahead of our own,
         // whose blocks its out-of-order reads might never come for.
-        match self.block(obj, b, 0) {
+        match self.block(obj, b, 0, Upstream::Owner) {
             BlockRef::Ready(bytes) => bytes
                 .get(at..at + len as usize)
                 .map(|part| bytes.slice_ref(part))
@@ -83,9 +88,11 @@ impl OriginTier {
 
     /// Claims the blocks in `first..=last` that are neither resident nor in
     /// flight, under one lock so that no block gets two fetches, and starts
-    /// one ranged request per run of them.
-    pub(crate) fn ensure(self: &Arc<Self>, obj: &Arc<Object>, first: u32, last: u32) {
+    /// one ranged request per run of them (in a cluster, per run within a
+    /// group, as each group has its owner).
+    pub(crate) fn ensure(self: &Arc<Self>, obj: &Arc<Object>, first: u32, last: u32, upstream: Upstream) {
         let mut runs: Vec<(u32, Vec<Arc<BlockFetch>>)> = Vec::new();
+        let group = self.peers.as_ref().map_or(u32::MAX, |p| p.group_blocks(self.block_size));
         {
             let mut inflight = self.inflight.lock().expect("inflight lock");
             let mut open = false;
@@ -93,6 +100,9 @@ impl OriginTier {
                 if inflight.contains_key(&(obj.version, b)) || self.store.has_block(obj.version, b) {
                     open = false;
                     continue;
+                }
+                if b % group == 0 {
+                    open = false;
                 }
                 let fetch = Arc::new(BlockFetch::new(obj.layout.block_len(b)));
                 inflight.insert((obj.version, b), fetch.clone());
@@ -104,7 +114,7 @@ impl OriginTier {
             }
         }
         for (start, fetches) in runs {
-            self.spawn_fetch(obj.clone(), start, fetches, None);
+            self.spawn_fetch(obj.clone(), start, fetches, None, upstream);
         }
     }
 
@@ -125,7 +135,8 @@ impl OriginTier {
         obj: Arc<Object>,
         first: u32,
         fetches: Vec<Arc<BlockFetch>>,
-        res: Option<OriginResponse>,
+        res: Option<(OriginResponse, Option<MemberId>)>,
+        upstream: Upstream,
     ) {
         let tier = self.clone();
         tokio::spawn(async move {
@@ -138,7 +149,7 @@ impl OriginTier {
                 fetches,
                 next: 0,
             };
-            if let Err(e) = tier.pump(&obj, &mut done, res).await {
+            if let Err(e) = tier.pump(&obj, &mut done, res, upstream).await {
                 tier.metrics.origin_errors.inc();
                 tracing::warn!(target = %obj.target, block = first + done.next as u32, error = %e, "origin fetch failed");
                 if e.is_changed() {
@@ -150,8 +161,15 @@ impl OriginTier {
         });
     }
 
-    /// Receives the blocks of `done` from the origin into their fetches.
-    async fn pump(&self, obj: &Object, done: &mut Done, res: Option<OriginResponse>) -> Result<(), ReadError> {
+    /// Receives the blocks of `done` from the origin (or the owner of their
+    /// group) into their fetches.
+    async fn pump(
+        &self,
+        obj: &Object,
+        done: &mut Done,
+        res: Option<(OriginResponse, Option<MemberId>)>,
+        upstream: Upstream,
+    ) -> Result<(), ReadError> {
         let layout = obj.layout;
         let last = done.first + done.fetches.len() as u32 - 1;
         let (start, end) = (layout.offset(done.first), layout.offset(last) + u64::from(layout.block_len(last)) - 1);
@@ -160,58 +178,33 @@ impl OriginTier {
         let kib = u32::try_from((end - start + 1).div_ceil(1024)).unwrap_or(u32::MAX).min(self.fetch_kib_total);
         let _bytes = self.fetch_kib.acquire_many(kib).await.map_err(|e| ReadError::origin(e.to_string()))?;
         let _slot = self.slots.acquire().await.map_err(|e| ReadError::origin(e.to_string()))?;
-        let res = match res {
-            Some(res) => res,
-            None => {
-                self.metrics.origin_requests.inc();
-                let res = self.client.get(&obj.target, &obj.fetch_headers(start, end)).await?;
-                let ok = match res.status {
-                    StatusCode::PARTIAL_CONTENT => content_range(&res.headers) == Some((start, end, obj.size)),
-                    StatusCode::OK => (start, end + 1) == (0, obj.size),
-                    StatusCode::PRECONDITION_FAILED => {
-                        return Err(ReadError::changed(format!("origin object changed (412 to bytes={start}-{end})")));
-                    }
-                    s => {
-                        return Err(ReadError::origin(format!(
-                            "origin answered {} to bytes={start}-{end}",
-                            s.as_u16()
-                        )));
-                    }
-                };
-                if !ok {
-                    return Err(ReadError::origin(format!(
-                        "origin answered a different range than bytes={start}-{end}"
-                    )));
-                }
-                // An origin that ignores If-Match (some S3-compatible
-                // servers do) still names the version it sent.
-                let etag = res.headers.get(header::ETAG).and_then(|v| v.to_str().ok());
-                if let (Some(got), Some(want)) = (etag, obj.etag.as_deref())
-                    && got != want
-                {
-                    return Err(ReadError::changed(format!("origin object changed (ETag {got}, stored {want})")));
-                }
-                // What else the origin says about the version must agree too.
-                for name in [header::LAST_MODIFIED, HeaderName::from_static("repr-digest")] {
-                    if let (Some(got), Some(want)) = (res.headers.get(&name), obj.headers.get(&name))
-                        && got != want
-                    {
-                        return Err(ReadError::changed(format!(
-                            "origin object changed ({name} {got:?}, stored {want:?})"
-                        )));
-                    }
-                }
-                res
-            }
+        let (res, peer) = match res {
+            Some(answered) => answered,
+            None => self.fetch_part(obj, start, end, upstream).await?,
         };
         let mut body = res.body;
         let wait = self.client.timeout();
+        // A peer that stops sending is out of the placement at once, so the
+        // block is asked of the next member when a reader comes back for it.
+        let peer_failed = |e: ReadError| {
+            if let (Some(m), Some(peers)) = (peer, &self.peers)
+                && peers.set_live(m, false)
+            {
+                tracing::warn!(peer = peers.url(m), error = %e, "peer failed mid-body: out of the placement");
+            }
+            e
+        };
         while let Some(chunk) = tokio::time::timeout(wait, body.next())
             .await
-            .map_err(|_| ReadError::origin(format!("origin sent nothing for {wait:?}")))?
+            .map_err(|_| peer_failed(ReadError::origin(format!("origin sent nothing for {wait:?}"))))?
         {
-            let mut data = chunk?;
-            self.metrics.fetched(metrics::class(obj.size, self.block_size), data.len() as u64);
+            let mut data = chunk.map_err(peer_failed)?;
+            match peer {
+                Some(_) => {
+                    self.metrics.peer_bytes.inc_by(data.len() as u64);
+                }
+                None => self.metrics.fetched(metrics::class(obj.size, self.block_size), data.len() as u64),
+            }
             while !data.is_empty() {
                 let Some(fetch) = done.fetches.get(done.next) else {
                     return Err(ReadError::changed(
@@ -228,12 +221,48 @@ impl OriginTier {
         }
         if done.next < done.fetches.len() {
             let got = done.fetches[done.next].received();
-            return Err(ReadError::origin(format!(
+            return Err(peer_failed(ReadError::origin(format!(
                 "origin closed the body early (block {} has {got} bytes)",
                 done.first as usize + done.next
-            )));
+            ))));
         }
         Ok(())
+    }
+
+    /// Asks for bytes `start..=end` of `obj` (whole blocks of one group):
+    /// from the group's owner when it is another live member and
+    /// `upstream` allows, else from the origin. A member that cannot be
+    /// reached or fails is out of the placement, and the next owner is
+    /// asked. The answer is checked to be that range of that version.
+    async fn fetch_part(
+        &self,
+        obj: &Object,
+        start: u64,
+        end: u64,
+        upstream: Upstream,
+    ) -> Result<(OriginResponse, Option<MemberId>), ReadError> {
+        let mut headers = obj.fetch_headers(start, end);
+        if let Some(peers) = self.peers.as_ref().filter(|_| upstream == Upstream::Owner) {
+            // Each failure takes a member out: at most one try per member.
+            for _ in 0..peers.len() {
+                let Some(m) = peers.owner(&obj.target, obj.version, obj.size, start) else { break };
+                headers.insert(PEER_HEADER, http::HeaderValue::from_static("1"));
+                self.metrics.peer_requests.inc();
+                let failure = match peers.client(m).get(&obj.target, &headers).await {
+                    Ok(res) if res.status().is_server_error() => format!("answered {}", res.status().as_u16()),
+                    Ok(res) => return Ok((check_part(obj, OriginResponse::from_http(res)?, start, end)?, Some(m))),
+                    Err(e) => e.to_string(),
+                };
+                self.metrics.peer_errors.inc();
+                if peers.set_live(m, false) {
+                    tracing::warn!(peer = peers.url(m), why = %failure, "peer failed: out of the placement");
+                }
+            }
+            headers.remove(PEER_HEADER);
+        }
+        self.metrics.origin_requests.inc();
+        let res = self.client.get(&obj.target, &headers).await?;
+        Ok((check_part(obj, res, start, end)?, None))
     }
 
     /// Every block of `obj` through the store, in order, fetched as a
@@ -246,7 +275,7 @@ impl OriginTier {
             return Ok(());
         }
         for b in 0..layout.blocks() {
-            match self.block(obj, b, self.readahead) {
+            match self.block(obj, b, self.readahead, Upstream::Owner) {
                 BlockRef::Ready(_) => {}
                 BlockRef::Pending(fetch) => {
                     fetch.range(0, layout.block_len(b) as usize).await?;
@@ -255,6 +284,41 @@ impl OriginTier {
         }
         self.verified(obj).await
     }
+}
+
+/// `res` if it is bytes `start..=end` of the version `obj` describes: a 206
+/// of that range (or the 200 of a whole object asked for whole) whose
+/// validators are the version's. A 412 or other validators mean the
+/// object changed.
+fn check_part(obj: &Object, res: OriginResponse, start: u64, end: u64) -> Result<OriginResponse, ReadError> {
+    let ok = match res.status {
+        StatusCode::PARTIAL_CONTENT => content_range(&res.headers) == Some((start, end, obj.size)),
+        StatusCode::OK => (start, end + 1) == (0, obj.size),
+        StatusCode::PRECONDITION_FAILED => {
+            return Err(ReadError::changed(format!("origin object changed (412 to bytes={start}-{end})")));
+        }
+        s => return Err(ReadError::origin(format!("origin answered {} to bytes={start}-{end}", s.as_u16()))),
+    };
+    if !ok {
+        return Err(ReadError::origin(format!("origin answered a different range than bytes={start}-{end}")));
+    }
+    // An origin that ignores If-Match (some S3-compatible servers do)
+    // still names the version it sent.
+    let etag = res.headers.get(header::ETAG).and_then(|v| v.to_str().ok());
+    if let (Some(got), Some(want)) = (etag, obj.etag.as_deref())
+        && got != want
+    {
+        return Err(ReadError::changed(format!("origin object changed (ETag {got}, stored {want})")));
+    }
+    // What else the origin says about the version must agree too.
+    for name in [header::LAST_MODIFIED, HeaderName::from_static("repr-digest")] {
+        if let (Some(got), Some(want)) = (res.headers.get(&name), obj.headers.get(&name))
+            && got != want
+        {
+            return Err(ReadError::changed(format!("origin object changed ({name} {got:?}, stored {want:?})")));
+        }
+    }
+    Ok(res)
 }
 
 /// A version of an origin object as the scheduler reads it: blocks come

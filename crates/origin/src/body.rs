@@ -5,7 +5,7 @@
 //! client with Content-Length sees a short body, never a wrong one. Also the
 //! bodies of relayed (unstored) responses.
 
-use super::{BlockRef, OriginTier, fetch::BlockFetch, metrics, object::Object, source::OriginBody};
+use super::{BlockRef, OriginTier, fetch::BlockFetch, metrics, object::Object, peers::Upstream, source::OriginBody};
 
 use bytes::Bytes;
 use circus_http::{BodyError, ResBody};
@@ -36,7 +36,15 @@ struct Cursor {
     /// Hold the last bytes of a whole-object body until the version has
     /// matched the origin's digest (see `OriginTier::verified`).
     verify: bool,
+    /// Where missing blocks come from.
+    upstream: Upstream,
+    /// Blocks that may still be asked again after a failed fetch (in a
+    /// cluster: the member that failed is out, the next one is asked).
+    retries: u32,
 }
+
+/// Fetches a body of a cluster's tier asks again after one failed.
+const CLUSTER_RETRIES: u32 = 2;
 
 impl Cursor {
     /// The part of `[at, at + data.len())` still to send.
@@ -78,6 +86,13 @@ impl Cursor {
                         }
                     }
                     Ok(None) => self.pending = None,
+                    // What was sent stays sent: `clip` skips it when the
+                    // block comes again.
+                    Err(e) if self.retries > 0 && !e.is_changed() => {
+                        self.retries -= 1;
+                        tracing::info!(target = %self.obj.target, error = %e, "block fetch failed: asked again");
+                        self.pending = None;
+                    }
                     Err(e) => {
                         self.pos = self.end + 1;
                         return Some(Err(format!("origin fetch failed: {e}").into()));
@@ -91,7 +106,13 @@ impl Cursor {
             let layout = self.obj.layout;
             let b = layout.block_of(self.pos).expect("range within the object");
             let at = layout.offset(b);
-            match self.tier.block(&self.obj, b, self.tier.readahead) {
+            // A peer's request reads ahead only within what it asked for:
+            // the next group is another member's.
+            let readahead = match self.upstream {
+                Upstream::Owner => self.tier.readahead,
+                Upstream::Origin => layout.block_of(self.end).map_or(0, |last| last - b).min(self.tier.readahead),
+            };
+            match self.tier.block(&self.obj, b, readahead, self.upstream) {
                 BlockRef::Ready(bytes) => {
                     if let Some(out) = self.clip(at, &bytes) {
                         return Some(Ok(out));
@@ -108,10 +129,11 @@ impl Cursor {
     }
 }
 
-/// Bytes `start..=end` of `obj`.
-pub fn range(tier: Arc<OriginTier>, obj: Arc<Object>, start: u64, end: u64) -> ResBody {
+/// Bytes `start..=end` of `obj`, its missing blocks fetched from `upstream`.
+pub(crate) fn range(tier: Arc<OriginTier>, obj: Arc<Object>, start: u64, end: u64, upstream: Upstream) -> ResBody {
     let verify = (start, end + 1) == (0, obj.size) && !obj.trusted();
-    let cursor = Cursor { tier, obj, pos: start, end, pending: None, verify };
+    let retries = if tier.peers.is_some() { CLUSTER_RETRIES } else { 0 };
+    let cursor = Cursor { tier, obj, pos: start, end, pending: None, verify, upstream, retries };
     let stream = futures_util::stream::unfold(cursor, |mut c| async move {
         let item = c.next().await?;
         Some((item.map(Frame::data), c))

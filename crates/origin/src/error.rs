@@ -13,4 +13,8 @@ pub enum SetupError {
     Tls(String),
     #[error("S3 origin s3://{bucket}: {why}")]
     S3 { bucket: String, why: String },
+    #[error("--peer-self {0} is not one of --peers")]
+    NotAMember(String),
+    #[error("--peer-group ({group} bytes) must be a whole number of origin blocks ({block} bytes)")]
+    PeerGroup { group: u64, block: u32 },
 }

@@ -50,6 +50,7 @@ mod integrity;
 mod leaves;
 mod metrics;
 mod object;
+mod peers;
 mod respond;
 pub mod rfc9111;
 mod s3;
@@ -60,6 +61,7 @@ mod tls;
 
 pub use blocks::OriginBlocks;
 pub use error::SetupError;
+pub use peers::{PEER_HEADER, PROBE_PATH, PeerConfig};
 pub use source::{OriginSource, S3Config};
 
 use bytes::Bytes;
@@ -107,6 +109,8 @@ pub struct OriginConfig {
     /// CA certificates (PEM) an https origin's certificate must chain to,
     /// instead of the system's roots.
     pub ca_file: Option<std::path::PathBuf>,
+    /// The cluster this tier is a member of, if any.
+    pub peers: Option<PeerConfig>,
 }
 
 impl OriginConfig {
@@ -118,6 +122,7 @@ impl OriginConfig {
             timeout: Duration::from_secs(30),
             max_fetches: 64,
             ca_file: None,
+            peers: None,
         }
     }
 }
@@ -198,6 +203,8 @@ pub(crate) enum BlockRef {
 #[derive(Debug)]
 pub struct OriginTier {
     client: Source,
+    /// The other members of the cluster, when there is one.
+    peers: Option<Arc<peers::Peers>>,
     store: Store,
     /// Blocks being fetched; an entry is removed after its bytes are in
     /// the store (or it failed), so a reader always finds one or the other.
@@ -234,8 +241,17 @@ impl OriginTier {
     ) -> Result<Self, SetupError> {
         let TierBudget { stored, fetching } = budget;
         let fetch_kib_total = u32::try_from(fetching / 1024).unwrap_or(u32::MAX).max(1);
+        let peers = match &cfg.peers {
+            Some(p) => {
+                let peers = Arc::new(peers::Peers::new(p, cfg.timeout, cfg.block_size)?);
+                peers::Peers::spawn_probes(&peers);
+                Some(peers)
+            }
+            None => None,
+        };
         Ok(OriginTier {
             client: Source::new(&cfg.source, cfg.timeout, cfg.ca_file.as_deref())?,
+            peers,
             store: Store::new(stored, 16 * 1024, u64::from(cfg.block_size)),
             fetch_kib: Arc::new(Semaphore::new(fetch_kib_total as usize)),
             fetch_kib_total,
@@ -276,6 +292,10 @@ impl OriginTier {
         // ever see a target inside the prefix.
         let target = &target::normalize(req.uri().path_and_query().map_or("/", |p| p.as_str()))?;
         let h = req.headers();
+        if self.peers.is_some() && target == PROBE_PATH {
+            *status = "circus; fwd=bypass";
+            return Ok(peers::probe_answer().into());
+        }
         // The hit path below allocates nothing but the response: lookups
         // borrow the target, Vary values are compared in place.
         let now = SystemTime::now();
@@ -435,5 +455,8 @@ impl OriginTier {
     /// Publishes the store's size to /metrics.
     pub fn observe(&self) {
         self.metrics.resident.set(self.store.used() as i64);
+        if let Some(p) = &self.peers {
+            self.metrics.live_peers.set(p.live_count() as i64);
+        }
     }
 }

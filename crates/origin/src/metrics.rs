@@ -17,6 +17,12 @@ pub struct OriginMetrics {
     pub origin_requests: Counter,
     pub origin_bytes: Counter,
     pub origin_errors: Counter,
+    /// Requests to other members of a cluster, bytes they sent, failures.
+    pub peer_requests: Counter,
+    pub peer_bytes: Counter,
+    pub peer_errors: Counter,
+    /// Members live in this node's view, itself included.
+    pub live_peers: Gauge,
     pub resident: Gauge,
     /// Body bytes from the origin, by the class of the object's size.
     fetched: Family<ClassLabel, Counter>,
@@ -74,6 +80,18 @@ impl OriginMetrics {
             m.origin_bytes.clone(),
         );
         r.register("circus_origin_errors", "Origin requests that failed or were cut short", m.origin_errors.clone());
+        r.register(
+            "circus_peer_requests",
+            "Block requests sent to the owners of their groups",
+            m.peer_requests.clone(),
+        );
+        r.register("circus_peer_fetched_bytes", "Body bytes received from other members", m.peer_bytes.clone());
+        r.register(
+            "circus_peer_errors",
+            "Requests to members that failed (the member is then out)",
+            m.peer_errors.clone(),
+        );
+        r.register("circus_peers_live", "Members live in this node's view, itself included", m.live_peers.clone());
         r.register("circus_origin_resident_bytes", "Bytes held by the origin tier's store", m.resident.clone());
         r.register(
             "circus_origin_class_fetched_bytes",

@@ -145,7 +145,7 @@ impl OriginTier {
             *res.body_mut() = full(bytes.slice((start - off) as usize..=(end - off) as usize));
             return res.into();
         }
-        *res.body_mut() = body::range(self.clone(), obj.clone(), start, end);
+        *res.body_mut() = body::range(self.clone(), obj.clone(), start, end, crate::peers::Upstream::for_request(h));
         res.into()
     }
 
@@ -202,6 +202,7 @@ pub(crate) fn forwarded(h: &HeaderMap) -> HeaderMap {
     ] {
         fh.remove(name);
     }
+    fh.remove(crate::PEER_HEADER);
     fh
 }
 

@@ -86,6 +86,21 @@ pub struct OriginResponse {
     pub body: OriginBody,
 }
 
+impl OriginResponse {
+    /// An HTTP server's answer, its body streamed.
+    pub fn from_http(res: http::Response<hyper::body::Incoming>) -> Result<Self, ReadError> {
+        let (parts, body) = res.into_parts();
+        // Both framings at once may be an attempt at response splitting,
+        // and is handled as an error (RFC 9112 §6.3).
+        if parts.headers.contains_key(header::TRANSFER_ENCODING) && parts.headers.contains_key(header::CONTENT_LENGTH) {
+            return Err(ReadError::origin("origin framed its response with both Transfer-Encoding and Content-Length"));
+        }
+        let body =
+            body.into_data_stream().map(|r| r.map_err(|e| ReadError::origin(format!("origin body: {e}")))).boxed();
+        Ok(OriginResponse { status: parts.status, headers: parts.headers, body })
+    }
+}
+
 impl fmt::Debug for OriginResponse {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OriginResponse").field("status", &self.status).field("headers", &self.headers).finish()
@@ -127,23 +142,7 @@ impl Source {
     /// `Err` is a failure to get any answer (502 to the client).
     pub async fn get(&self, target: &str, headers: &HeaderMap) -> Result<OriginResponse, ReadError> {
         match self {
-            Source::Http(c) => {
-                let (parts, body) = c.get(target, headers).await?.into_parts();
-                // Both framings at once may be an attempt at response
-                // splitting, and is handled as an error (RFC 9112 §6.3).
-                if parts.headers.contains_key(header::TRANSFER_ENCODING)
-                    && parts.headers.contains_key(header::CONTENT_LENGTH)
-                {
-                    return Err(ReadError::origin(
-                        "origin framed its response with both Transfer-Encoding and Content-Length",
-                    ));
-                }
-                let body = body
-                    .into_data_stream()
-                    .map(|r| r.map_err(|e| ReadError::origin(format!("origin body: {e}"))))
-                    .boxed();
-                Ok(OriginResponse { status: parts.status, headers: parts.headers, body })
-            }
+            Source::Http(c) => OriginResponse::from_http(c.get(target, headers).await?),
             Source::S3(s) => s.get(target, headers).await,
         }
     }

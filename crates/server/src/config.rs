@@ -204,6 +204,8 @@ pub enum ConfigError {
     BlockTooLarge(ByteSize),
     #[error("origin {0}")]
     Origin(String),
+    #[error("cluster: {0}")]
+    Peers(String),
     #[error(transparent)]
     Sched(#[from] circus_sched::ConfigError),
     #[error(transparent)]

@@ -8,10 +8,10 @@ use crate::{
     listen::{Listen, Switch},
 };
 use circus_core::{ByteSize, Span};
-use circus_origin::{OriginConfig, OriginSource, S3Config};
+use circus_origin::{OriginConfig, OriginSource, PeerConfig, S3Config};
 use circus_sched::{Favor, PolicyKind};
 use serde::Deserialize;
-use std::path::PathBuf;
+use std::{path::PathBuf, time::Duration};
 
 /// Settings as the command line and the TOML file give them: every one
 /// optional, unknown keys rejected.
@@ -220,6 +220,22 @@ pub struct Settings {
     /// (default: heuristic, a tenth of their age, at most a day).
     #[arg(long, value_name = "TIME")]
     pub s3_max_age: Option<Span>,
+    /// Every member of this node's cluster (with --origin): base URLs
+    /// (http://host:port), the same list on every node, this node's own
+    /// among them (see --peer-self). Each group of an object's blocks has
+    /// one owner, the only member that fetches it from the origin.
+    #[arg(long, value_name = "URL,URL,...", value_delimiter = ',')]
+    pub peers: Option<Vec<String>>,
+    /// This node's URL in --peers.
+    #[arg(long, value_name = "URL")]
+    pub peer_self: Option<String>,
+    /// Bytes of an object per group, the unit members own: a multiple of
+    /// --origin-block (default 4MiB).
+    #[arg(long, value_name = "SIZE")]
+    pub peer_group: Option<ByteSize>,
+    /// Time between two health probes of each member (default 1s).
+    #[arg(long, value_name = "TIME")]
+    pub peer_probe: Option<Span>,
 }
 
 impl Settings {
@@ -342,6 +358,7 @@ impl Settings {
             if let Some(ca) = &self.origin_ca {
                 o.ca_file = Some(ca.clone());
             }
+            self.apply_peers(o)?;
             let block = cfg.sched.block_size;
             if o.block_size % block != 0 {
                 return Err(ConfigError::Origin(format!(
@@ -350,10 +367,59 @@ impl Settings {
                 )));
             }
         }
+        let peer_settings = [self.peers.is_some(), self.peer_self.is_some(), self.peer_group.is_some()];
+        if cfg.origin.is_none() && (peer_settings.contains(&true) || self.peer_probe.is_some()) {
+            return Err(ConfigError::Peers("a cluster shares an origin: give --origin too".into()));
+        }
         cfg.sched.validate()?;
         crate::memory::MemoryPlan::new(cfg.sched.cache_bytes, cfg.sched.block_size, cfg.origin.as_ref())?;
         Ok(())
     }
+
+    /// The cluster's settings onto the origin's: the member list, this
+    /// node's place in it, the group size and the probe interval.
+    fn apply_peers(&self, o: &mut OriginConfig) -> Result<(), ConfigError> {
+        if let Some(list) = &self.peers {
+            let members = list.iter().map(|u| parse_member(u)).collect::<Result<Vec<_>, _>>()?;
+            let me = self
+                .peer_self
+                .as_deref()
+                .ok_or_else(|| ConfigError::Peers("give --peer-self, this node's URL among --peers".into()))?;
+            let me_uri = parse_member(me)?;
+            let me = members
+                .iter()
+                .position(|m| *m == me_uri)
+                .ok_or_else(|| ConfigError::Peers(format!("--peer-self {me} is not one of --peers")))?;
+            o.peers = Some(PeerConfig { members, me, group_bytes: 4 << 20, probe_interval: Duration::from_secs(1) });
+        }
+        if let Some(p) = o.peers.as_mut() {
+            if let Some(g) = self.peer_group {
+                p.group_bytes = g.0;
+            }
+            if let Some(t) = self.peer_probe {
+                p.probe_interval = t.0;
+            }
+            if p.group_bytes == 0 || !p.group_bytes.is_multiple_of(u64::from(o.block_size)) {
+                return Err(ConfigError::Peers(format!(
+                    "--peer-group ({}) must be a multiple of --origin-block ({})",
+                    p.group_bytes, o.block_size
+                )));
+            }
+        } else if self.peer_self.is_some() || self.peer_group.is_some() || self.peer_probe.is_some() {
+            return Err(ConfigError::Peers("--peer-self, --peer-group and --peer-probe need --peers".into()));
+        }
+        Ok(())
+    }
+}
+
+/// A member's base URL: http://host:port, nothing after the authority.
+fn parse_member(url: &str) -> Result<http::Uri, ConfigError> {
+    let uri: http::Uri = url.trim().parse().map_err(|e| ConfigError::Peers(format!("{url}: {e}")))?;
+    let bare = uri.path_and_query().is_none_or(|p| p.as_str() == "/");
+    if uri.scheme_str() != Some("http") || uri.authority().is_none() || !bare {
+        return Err(ConfigError::Peers(format!("{url}: give a member as http://host:port")));
+    }
+    Ok(uri)
 }
 
 impl Settings {
@@ -435,8 +501,11 @@ mod tests {
     fn the_defaults_in_the_help_are_the_real_ones() {
         use clap::{Args, FromArgMatches};
         let cmd = Settings::augment_args(clap::Command::new("serve"));
-        // With an origin, so that the origin's settings count too.
-        let origin = Settings { origin: Some("http://origin.test/".into()), ..Settings::default() };
+        // With an origin in a cluster of one, so that the origin's and the
+        // cluster's settings count too.
+        let base_argv =
+            ["serve", "--origin", "http://origin.test/", "--peers", "http://a:1", "--peer-self", "http://a:1"];
+        let origin = Settings::from_arg_matches(&cmd.clone().try_get_matches_from(base_argv).unwrap()).unwrap();
         let mut base = ServeConfig::new("/srv".into());
         origin.apply(&mut base).unwrap();
         let defaults = format!("{base:?}");
@@ -448,7 +517,8 @@ mod tests {
             let Some(rest) = help.split("(default ").nth(1) else { continue };
             let end = [")", ";", ",", ": "].iter().filter_map(|stop| rest.find(stop)).min().unwrap();
             let value = &rest[..end];
-            let argv = ["serve", "--origin", "http://origin.test/", &format!("--{long}"), value];
+            let flag = format!("--{long}");
+            let argv = base_argv.iter().copied().chain([flag.as_str(), value]);
             let matches = cmd.clone().try_get_matches_from(argv).unwrap();
             let mut cfg = ServeConfig::new("/srv".into());
             Settings::from_arg_matches(&matches).unwrap().apply(&mut cfg).unwrap();
@@ -474,6 +544,62 @@ mod tests {
         let mut cfg = ServeConfig::new("/srv/circus".into());
         file.apply(&mut cfg).unwrap();
         assert_eq!(format!("{cfg:?}"), format!("{:?}", ServeConfig::new("/srv/circus".into())));
+    }
+
+    #[test]
+    fn a_cluster_is_given_as_members_and_this_nodes_place_among_them() {
+        let cluster = |argv: &[&str]| -> Result<ServeConfig, ConfigError> {
+            use clap::{Args, FromArgMatches};
+            let cmd = Settings::augment_args(clap::Command::new("serve"));
+            let matches = cmd.try_get_matches_from(std::iter::once("serve").chain(argv.iter().copied())).unwrap();
+            let mut cfg = ServeConfig::new("/srv".into());
+            Settings::from_arg_matches(&matches).unwrap().apply(&mut cfg).map(|()| cfg)
+        };
+        let members = "http://10.0.0.1:8080,http://10.0.0.2:8080,http://10.0.0.3:8080";
+        let cfg =
+            cluster(&["--origin", "http://o/", "--peers", members, "--peer-self", "http://10.0.0.2:8080"]).unwrap();
+        let peers = cfg.origin.unwrap().peers.unwrap();
+        assert_eq!((peers.members.len(), peers.me, peers.group_bytes), (3, 1, 4 << 20));
+        assert_eq!(peers.probe_interval, Duration::from_secs(1));
+        let refused = [
+            (vec!["--origin", "http://o/", "--peers", members], "give --peer-self"),
+            (vec!["--origin", "http://o/", "--peers", members, "--peer-self", "http://10.0.0.9:8080"], "not one of"),
+            (
+                vec!["--origin", "http://o/", "--peers", "10.0.0.1:8080", "--peer-self", "10.0.0.1:8080"],
+                "http://host:port",
+            ),
+            (
+                vec!["--origin", "http://o/", "--peers", "http://a:1/x", "--peer-self", "http://a:1/x"],
+                "http://host:port",
+            ),
+            (
+                vec![
+                    "--origin",
+                    "http://o/",
+                    "--peers",
+                    members,
+                    "--peer-self",
+                    "http://10.0.0.1:8080",
+                    "--peer-group",
+                    "1500KiB",
+                ],
+                "multiple of --origin-block",
+            ),
+            (vec!["--origin", "http://o/", "--peer-self", "http://10.0.0.1:8080"], "need --peers"),
+            (vec!["/srv", "--peers", members, "--peer-self", "http://10.0.0.1:8080"], "give --origin"),
+        ];
+        for (argv, why) in refused {
+            let e = cluster(&argv).unwrap_err().to_string();
+            assert!(e.contains(why), "{argv:?}: {e}");
+        }
+        let file = Settings::parse(
+            "origin = \"http://o/\"\npeers = [\"http://a:1\", \"http://b:1\"]\npeer_self = \"http://b:1\"\npeer_group = \"8MiB\"\npeer_probe = \"250ms\"\n",
+        )
+        .unwrap();
+        let mut cfg = ServeConfig::new("/srv".into());
+        file.apply(&mut cfg).unwrap();
+        let peers = cfg.origin.unwrap().peers.unwrap();
+        assert_eq!((peers.me, peers.group_bytes, peers.probe_interval), (1, 8 << 20, Duration::from_millis(250)));
     }
 
     #[test]

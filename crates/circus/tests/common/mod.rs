@@ -57,10 +57,17 @@ pub fn serve(args: &[&str]) -> ServerProc {
 /// [`serve`] with extra environment variables (credentials, say).
 #[allow(dead_code, reason = "each test file compiles this module; only some pass an environment")]
 pub fn serve_env(args: &[&str], env: &[(&str, &str)]) -> ServerProc {
+    serve_on("127.0.0.1:0", args, env)
+}
+
+/// [`serve_env`] listening on `listen` (a cluster's members must know
+/// each other's addresses before they start).
+#[allow(dead_code, reason = "each test file compiles this module; only some choose the address")]
+pub fn serve_on(listen: &str, args: &[&str], env: &[(&str, &str)]) -> ServerProc {
     let mut child = Command::new(env!("CARGO_BIN_EXE_circus"))
         .arg("serve")
         .args(args)
-        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        .args(["--listen", listen, "--admin-listen", "127.0.0.1:0"])
         .env("CIRCUS_LOG", "warn")
         .envs(env.iter().copied())
         .stdout(Stdio::piped())
@@ -146,4 +153,16 @@ pub fn read_response(r: &mut BufReader<TcpStream>, head: bool) -> (u16, HashMap<
     let mut body = vec![0u8; len];
     r.read_exact(&mut body).unwrap();
     (status, headers, body)
+}
+
+/// The value of the Prometheus sample `name` (no labels) in `admin`'s
+/// `/metrics`; the test fails if there is none.
+#[allow(dead_code, reason = "each test binary compiles this module; not all read metrics")]
+pub fn metric(admin: &str, name: &str) -> f64 {
+    let (mut r, status, _) = get_head(admin, "/metrics", &[]);
+    assert_eq!(status, 200, "/metrics on {admin}");
+    let mut text = String::new();
+    r.read_to_string(&mut text).unwrap();
+    let line = text.lines().find(|l| l.split_whitespace().next() == Some(name));
+    line.and_then(|l| l.split_whitespace().nth(1)?.parse().ok()).unwrap_or_else(|| panic!("no {name} in\n{text}"))
 }

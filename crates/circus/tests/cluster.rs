@@ -1,0 +1,229 @@
+//! End-to-end tests of a cluster: several `circus serve --origin ...
+//! --peers ...` processes on loopback in front of one HTTP origin that
+//! counts the body bytes it sends. Every node serves every URL; each group
+//! of an object has one owner, the only node that asks the origin for it,
+//! so a crowd spread over the nodes costs the origin one copy of the
+//! object, and a node that dies mid-crowd costs at most its share again.
+
+mod common;
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    net::{TcpListener, TcpStream},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+const ETAG: &str = "\"cluster-v1\"";
+
+/// An HTTP origin of one object at `/big.bin`: ranges, an ETag, a day of
+/// freshness, chunks of 64 KiB each `delay` apart; counts body bytes sent.
+struct Origin {
+    addr: String,
+    sent: Arc<AtomicU64>,
+}
+
+fn start_origin(data: Arc<Vec<u8>>, delay: Duration) -> Origin {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let sent = Arc::new(AtomicU64::new(0));
+    let counter = sent.clone();
+    thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let (data, sent) = (data.clone(), counter.clone());
+            thread::spawn(move || serve_origin(conn, &data, &sent, delay));
+        }
+    });
+    Origin { addr, sent }
+}
+
+fn serve_origin(mut conn: TcpStream, data: &[u8], sent: &AtomicU64, delay: Duration) -> std::io::Result<()> {
+    let mut reader = BufReader::new(conn.try_clone()?);
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            return Ok(());
+        }
+        let path = line.split_whitespace().nth(1).unwrap_or("/").to_owned();
+        let mut range = None;
+        loop {
+            let mut h = String::new();
+            reader.read_line(&mut h)?;
+            if h.trim_end().is_empty() {
+                break;
+            }
+            if let Some((n, v)) = h.split_once(':')
+                && n.trim().eq_ignore_ascii_case("range")
+            {
+                range = v.trim().strip_prefix("bytes=").map(str::to_owned);
+            }
+        }
+        if path != "/big.bin" {
+            conn.write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")?;
+            continue;
+        }
+        let len = data.len();
+        let (status, start, end) = match range.as_deref().and_then(|r| r.split_once('-')) {
+            Some((a, b)) => {
+                let a: usize = a.parse().unwrap();
+                let b = b.parse::<usize>().unwrap_or(usize::MAX).min(len - 1);
+                ("206 Partial Content", a, b + 1)
+            }
+            None => ("200 OK", 0, len),
+        };
+        let mut head = format!(
+            "HTTP/1.1 {status}\r\netag: {ETAG}\r\nlast-modified: Mon, 01 Jan 2024 00:00:00 GMT\r\n\
+             cache-control: max-age=86400\r\ncontent-length: {}\r\n",
+            end - start
+        );
+        if status.starts_with("206") {
+            head += &format!("content-range: bytes {start}-{}/{len}\r\n", end - 1);
+        }
+        conn.write_all(format!("{head}\r\n").as_bytes())?;
+        for chunk in data[start..end].chunks(64 << 10) {
+            thread::sleep(delay);
+            conn.write_all(chunk)?;
+            sent.fetch_add(chunk.len() as u64, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Bytes that differ between nearby offsets, so a shifted block shows.
+fn data(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[2]).collect()
+}
+
+/// `n` members on loopback ports chosen now, each told the whole list.
+fn cluster(origin: &Origin, n: usize, extra: &[&str]) -> Vec<common::ServerProc> {
+    let ports: Vec<u16> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect::<Vec<_>>()
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect();
+    let urls: Vec<String> = ports.iter().map(|p| format!("http://127.0.0.1:{p}")).collect();
+    let (peers, origin_url) = (urls.join(","), format!("http://{}/", origin.addr));
+    let nodes: Vec<common::ServerProc> = ports
+        .iter()
+        .zip(&urls)
+        .map(|(port, me)| {
+            let mut args = vec!["--origin", &origin_url, "--peers", &peers, "--peer-self", me];
+            args.extend_from_slice(&["--origin-block", "256KiB", "--peer-group", "1MiB", "--peer-probe", "200ms"]);
+            args.extend_from_slice(extra);
+            common::serve_on(&format!("127.0.0.1:{port}"), &args, &[])
+        })
+        .collect();
+    // Members started before the others were listening saw them down for
+    // a probe or two.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for node in &nodes {
+        while common::metric(&node.admin, "circus_peers_live") < n as f64 {
+            assert!(Instant::now() < deadline, "{} does not see all {n} members live", node.addr);
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+    nodes
+}
+
+/// GETs `/big.bin` from the first of `addrs`; when a node cuts the body
+/// short, resumes where it stopped from the next one (Range with
+/// If-Range), as a download manager does. The body and how many resumes.
+fn download(addrs: &[String]) -> (Vec<u8>, usize) {
+    let mut body = Vec::new();
+    for (tries, addr) in addrs.iter().enumerate() {
+        let range = format!("bytes={}-", body.len());
+        let extra: &[(&str, &str)] =
+            if body.is_empty() { &[] } else { &[("range", range.as_str()), ("if-range", ETAG)] };
+        let Ok(mut s) = TcpStream::connect(addr) else { continue };
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let mut req = "GET /big.bin HTTP/1.1\r\nhost: test\r\nconnection: close\r\n".to_owned();
+        for (n, v) in extra {
+            req += &format!("{n}: {v}\r\n");
+        }
+        s.write_all(format!("{req}\r\n").as_bytes()).unwrap();
+        let mut r = BufReader::new(s);
+        // Via comes twice from a node that had the block from another.
+        let (status, fields) = common::read_fields(&mut r);
+        let want = if body.is_empty() { 200 } else { 206 };
+        assert_eq!(status, want, "{addr} answered {status}: {fields:?}");
+        let len: usize = fields.iter().find(|(n, _)| n == "content-length").expect("a length").1.parse().unwrap();
+        let before = body.len();
+        let _ = r.read_to_end(&mut body);
+        if body.len() == before + len {
+            return (body, tries);
+        }
+    }
+    panic!("no node finished the download ({} bytes)", body.len());
+}
+
+#[test]
+fn a_crowd_over_three_nodes_costs_the_origin_one_copy() {
+    let obj = Arc::new(data(12 << 20));
+    let origin = start_origin(obj.clone(), Duration::ZERO);
+    let nodes = cluster(&origin, 3, &["--cache", "64MiB"]);
+    let addrs: Vec<String> = nodes.iter().map(|n| n.addr.clone()).collect();
+    let clients: Vec<_> = (0..9)
+        .map(|i| {
+            let order: Vec<String> = addrs.iter().cycle().skip(i % 3).take(3).cloned().collect();
+            thread::spawn(move || download(&order))
+        })
+        .collect();
+    for c in clients {
+        let (body, resumes) = c.join().unwrap();
+        assert!(body == *obj, "a client got other bytes ({} of {})", body.len(), obj.len());
+        assert_eq!(resumes, 0, "no node failed, yet a download was cut");
+    }
+    let sent = origin.sent.load(Ordering::SeqCst);
+    assert_eq!(sent, obj.len() as u64, "the origin sent {sent} bytes for an object of {}", obj.len());
+    // Every node asked the others for what it does not own, and the
+    // origin bytes each counted add up to the one copy.
+    let fetched: f64 = nodes.iter().map(|n| common::metric(&n.admin, "circus_origin_fetched_bytes_total")).sum();
+    assert_eq!(fetched, obj.len() as f64);
+    for n in &nodes {
+        assert!(
+            common::metric(&n.admin, "circus_peer_fetched_bytes_total") > 0.0,
+            "{} fetched nothing from a peer",
+            n.addr
+        );
+    }
+}
+
+#[test]
+fn a_node_killed_mid_crowd_costs_at_most_its_share_again() {
+    let obj = Arc::new(data(16 << 20));
+    // 2 ms a chunk: the origin sends the object in about half a second,
+    // so the kill lands while blocks are still on their way.
+    let origin = start_origin(obj.clone(), Duration::from_millis(2));
+    let mut nodes = cluster(&origin, 4, &["--cache", "64MiB"]);
+    let addrs: Vec<String> = nodes.iter().map(|n| n.addr.clone()).collect();
+    let clients: Vec<_> = (0..12)
+        .map(|i| {
+            let order: Vec<String> = addrs.iter().cycle().skip(i % 4).take(4).cloned().collect();
+            thread::spawn(move || download(&order))
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while origin.sent.load(Ordering::SeqCst) < obj.len() as u64 / 4 {
+        assert!(Instant::now() < deadline, "the crowd never got going");
+        thread::sleep(Duration::from_millis(5));
+    }
+    let killed = nodes.remove(3);
+    drop(killed);
+    let mut resumed = 0;
+    for c in clients {
+        let (body, resumes) = c.join().unwrap();
+        assert!(body == *obj, "a client got other bytes ({} of {})", body.len(), obj.len());
+        resumed += resumes;
+    }
+    let sent = origin.sent.load(Ordering::SeqCst) as f64;
+    let ratio = sent / obj.len() as f64;
+    eprintln!("origin sent {ratio:.3} x the object; {resumed} downloads resumed through another node");
+    assert!(ratio <= 1.3, "the origin sent {ratio:.3} x the object after one of four nodes died");
+    for n in &nodes {
+        assert_eq!(common::metric(&n.admin, "circus_peers_live"), 3.0, "{} still counts the dead node", n.addr);
+    }
+}

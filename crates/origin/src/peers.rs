@@ -1,0 +1,227 @@
+//! A cluster of tiers (`circus serve --origin ... --peers A,B,C`): every
+//! node serves every URL, and each group of an object's blocks (a few MiB)
+//! has one owner among the live members, placed by `circus-cluster`
+//! (rendezvous hashing under a load bound), so that only the owner asks
+//! the origin for it. A node missing a block of a group it does not own
+//! asks the owner for it with a ranged GET, checked as an origin's answer
+//! is (Content-Range, ETag, Last-Modified, Repr-Digest, then the version's
+//! leaves and digest as the block completes).
+//!
+//! A request from a peer carries [`PEER_HEADER`]; the node answering it
+//! fetches what it lacks from the origin itself, never from a third node,
+//! so a request makes at most one hop even while two nodes disagree about
+//! who is live.
+//!
+//! Members are probed every `probe_interval` at [`PROBE_PATH`] (204 from a
+//! live tier); a member that fails a probe, a connection or a body is out
+//! of the placement at once, so its groups go to the next members of their
+//! rankings, and back when it answers a probe again.
+
+use crate::{SetupError, client::OriginClient};
+use circus_cluster::{MemberId, Membership, ObjectKey, ObjectPlacement, PlacementConfig};
+use http::{HeaderMap, HeaderValue, StatusCode, Uri};
+use rustc_hash::FxHashMap;
+use std::{
+    sync::{Arc, Mutex, RwLock, Weak},
+    time::Duration,
+};
+
+/// Marks a request one node of a cluster sends another.
+pub const PEER_HEADER: &str = "circus-peer";
+
+/// Where members probe each other (answered 204 by a tier in a cluster).
+pub const PROBE_PATH: &str = "/.well-known/circus/peer";
+
+/// Placements kept (one per stored version, for the live set they were
+/// computed for).
+const PLACEMENTS_KEPT: usize = 4096;
+
+/// A node's view of its cluster.
+#[derive(Debug, Clone)]
+pub struct PeerConfig {
+    /// Every member's base URL (`http://host:port`), the same list on
+    /// every node; members are named by these strings.
+    pub members: Vec<Uri>,
+    /// This node's place in `members`.
+    pub me: usize,
+    /// Bytes per group: a multiple of the tier's block size.
+    pub group_bytes: u64,
+    /// Time between two probes of a member; a probe waits as long.
+    pub probe_interval: Duration,
+}
+
+/// Where a fetch goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Upstream {
+    /// The owner of the block's group (the origin when this node owns it
+    /// or runs alone).
+    Owner,
+    /// The origin: a peer asked, and a request makes one hop at most.
+    Origin,
+}
+
+impl Upstream {
+    /// How the request with these headers is fetched for.
+    pub(crate) fn for_request(h: &HeaderMap) -> Self {
+        if h.contains_key(PEER_HEADER) { Upstream::Origin } else { Upstream::Owner }
+    }
+}
+
+#[derive(Debug)]
+struct Live {
+    members: Membership,
+    /// Bumped whenever a member goes down or comes back.
+    epoch: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct Peers {
+    me: MemberId,
+    urls: Vec<String>,
+    clients: Vec<OriginClient>,
+    live: RwLock<Live>,
+    placement: PlacementConfig,
+    /// Per version: the epoch its placement was computed at, and it.
+    placements: Mutex<FxHashMap<u64, (u64, Arc<ObjectPlacement>)>>,
+    probe_interval: Duration,
+}
+
+impl Peers {
+    /// Clients for every member; `timeout` bounds their connects and heads.
+    pub(crate) fn new(cfg: &PeerConfig, timeout: Duration, block_size: u32) -> Result<Self, SetupError> {
+        if cfg.me >= cfg.members.len() {
+            return Err(SetupError::NotAMember(format!("#{}", cfg.me + 1)));
+        }
+        if cfg.group_bytes == 0 || !cfg.group_bytes.is_multiple_of(u64::from(block_size)) {
+            return Err(SetupError::PeerGroup { group: cfg.group_bytes, block: block_size });
+        }
+        let urls: Vec<String> = cfg.members.iter().map(|u| u.to_string().trim_end_matches('/').to_owned()).collect();
+        let clients = cfg.members.iter().map(|u| OriginClient::new(u, timeout, None)).collect::<Result<_, _>>()?;
+        let placement = PlacementConfig { group_bytes: cfg.group_bytes, ..PlacementConfig::default() };
+        Ok(Peers {
+            me: MemberId(cfg.me as u32),
+            live: RwLock::new(Live { members: Membership::new(&urls), epoch: 0 }),
+            urls,
+            clients,
+            placement,
+            placements: Mutex::default(),
+            probe_interval: cfg.probe_interval,
+        })
+    }
+
+    /// Origin blocks of `block_size` per group.
+    pub(crate) fn group_blocks(&self, block_size: u32) -> u32 {
+        (self.placement.group_bytes / u64::from(block_size)) as u32
+    }
+
+    /// Members in the list, live or not.
+    pub(crate) fn len(&self) -> usize {
+        self.urls.len()
+    }
+
+    pub(crate) fn url(&self, m: MemberId) -> &str {
+        &self.urls[m.0 as usize]
+    }
+
+    pub(crate) fn client(&self, m: MemberId) -> &OriginClient {
+        &self.clients[m.0 as usize]
+    }
+
+    /// The member to ask for `target`'s first answer: the owner of its
+    /// first group (always the first of that group's ranking, as groups
+    /// are placed in order), `None` when that is this node.
+    pub(crate) fn first_owner(&self, target: &str) -> Option<MemberId> {
+        let live = self.live.read().expect("peers lock");
+        let owner = *live.members.ranking(ObjectKey::of(target), 0).first()?;
+        (owner != self.me).then_some(owner)
+    }
+
+    /// The member to ask for the group holding byte `offset` of version
+    /// `version` of `target` (`size` bytes), `None` when this node owns it.
+    pub(crate) fn owner(&self, target: &str, version: u64, size: u64, offset: u64) -> Option<MemberId> {
+        let table = {
+            let live = self.live.read().expect("peers lock");
+            let mut placements = self.placements.lock().expect("placements lock");
+            match placements.get(&version) {
+                Some((epoch, table)) if *epoch == live.epoch => table.clone(),
+                _ => {
+                    let groups = self.placement.groups(size);
+                    let table =
+                        Arc::new(ObjectPlacement::new(&live.members, ObjectKey::of(target), groups, &self.placement)?);
+                    if placements.len() >= PLACEMENTS_KEPT {
+                        placements.clear();
+                    }
+                    placements.insert(version, (live.epoch, table.clone()));
+                    table
+                }
+            }
+        };
+        let owner = table.owner(offset / self.placement.group_bytes);
+        (owner != self.me).then_some(owner)
+    }
+
+    /// Marks `m` live or not; says whether that changed anything.
+    pub(crate) fn set_live(&self, m: MemberId, up: bool) -> bool {
+        if m == self.me {
+            return false;
+        }
+        let mut live = self.live.write().expect("peers lock");
+        if live.members.is_live(m) == up {
+            return false;
+        }
+        live.members.set_live(m, up);
+        live.epoch += 1;
+        true
+    }
+
+    /// Members live in this node's view, itself included.
+    pub(crate) fn live_count(&self) -> usize {
+        self.live.read().expect("peers lock").members.live_count()
+    }
+
+    /// Probes every other member now and then, for as long as the tier
+    /// holding `peers` lives.
+    pub(crate) fn spawn_probes(peers: &Arc<Peers>) {
+        let weak: Weak<Peers> = Arc::downgrade(peers);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(peers_interval(&weak));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(peers) = weak.upgrade() else { return };
+                let probes = (0..peers.urls.len() as u32).map(MemberId).filter(|&m| m != peers.me).map(|m| {
+                    let peers = &peers;
+                    async move { (m, peers.probe(m).await) }
+                });
+                for (m, up) in futures_util::future::join_all(probes).await {
+                    if peers.set_live(m, up) {
+                        if up {
+                            tracing::info!(peer = peers.url(m), "peer answers again: back in the placement");
+                        } else {
+                            tracing::warn!(peer = peers.url(m), "peer does not answer its probe: out of the placement");
+                        }
+                    }
+                }
+            }
+        });
+    }
+
+    /// Whether `m` answers its probe with a 204 within the interval.
+    async fn probe(&self, m: MemberId) -> bool {
+        let mut h = HeaderMap::new();
+        h.insert(PEER_HEADER, HeaderValue::from_static("probe"));
+        let ask = self.client(m).head(PROBE_PATH, &h);
+        matches!(tokio::time::timeout(self.probe_interval, ask).await, Ok(Ok(res)) if res.status() == StatusCode::NO_CONTENT)
+    }
+}
+
+fn peers_interval(weak: &Weak<Peers>) -> Duration {
+    weak.upgrade().map_or(Duration::from_secs(1), |p| p.probe_interval.max(Duration::from_millis(50)))
+}
+
+/// A live tier's answer to a member's probe.
+pub(crate) fn probe_answer() -> http::Response<circus_http::ResBody> {
+    let mut res = http::Response::new(circus_http::empty());
+    *res.status_mut() = StatusCode::NO_CONTENT;
+    res
+}
