@@ -227,3 +227,63 @@ fn a_node_killed_mid_crowd_costs_at_most_its_share_again() {
         assert_eq!(common::metric(&n.admin, "circus_peers_live"), 3.0, "{} still counts the dead node", n.addr);
     }
 }
+
+/// HAProxy running dist/haproxy.cfg unchanged in front of four nodes,
+/// killed when dropped.
+struct Front {
+    child: std::process::Child,
+    addr: String,
+}
+
+impl Drop for Front {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn haproxy(nodes: &[common::ServerProc]) -> Front {
+    assert_eq!(nodes.len(), 4, "dist/haproxy.cfg names four nodes");
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../../dist/haproxy.cfg");
+    let mut cmd = std::process::Command::new("haproxy");
+    cmd.args(["-db", "-f", config]).env("CIRCUS_FRONT", &addr).stdout(std::process::Stdio::null());
+    for (i, n) in nodes.iter().enumerate() {
+        cmd.env(format!("CIRCUS_NODE{}", i + 1), &n.addr);
+    }
+    let child = cmd.spawn().expect("haproxy is not installed: apt-get install haproxy (CI installs it)");
+    let front = Front { child, addr };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(&front.addr).is_err() {
+        assert!(Instant::now() < deadline, "haproxy does not listen on {}", front.addr);
+        thread::sleep(Duration::from_millis(20));
+    }
+    front
+}
+
+#[test]
+fn haproxy_with_the_shipped_config_spreads_one_hot_object_over_the_nodes() {
+    let obj = Arc::new(data(8 << 20));
+    let origin = start_origin(obj.clone(), Duration::ZERO);
+    let nodes = cluster(&origin, 4, &["--cache", "64MiB"]);
+    let front = haproxy(&nodes);
+    let clients: Vec<_> = (0..16)
+        .map(|_| {
+            let addr = front.addr.clone();
+            thread::spawn(move || download(&[addr]))
+        })
+        .collect();
+    for c in clients {
+        let (body, _) = c.join().unwrap();
+        assert!(body == *obj, "a client got other bytes ({} of {})", body.len(), obj.len());
+    }
+    assert_eq!(origin.sent.load(Ordering::SeqCst), obj.len() as u64, "the origin sent more than one copy");
+    // One URL, yet the bounded load sent clients to several nodes.
+    let clients_of = |n: &common::ServerProc| {
+        let m = |name| common::metric(&n.admin, name);
+        m("circus_origin_hits_total") + m("circus_origin_misses_total") - m("circus_peer_served_requests_total")
+    };
+    let serving = nodes.iter().filter(|n| clients_of(n) > 0.0).count();
+    assert!(serving >= 3, "only {serving} of 4 nodes had clients");
+}

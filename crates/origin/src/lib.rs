@@ -292,9 +292,12 @@ impl OriginTier {
         // ever see a target inside the prefix.
         let target = &target::normalize(req.uri().path_and_query().map_or("/", |p| p.as_str()))?;
         let h = req.headers();
-        if self.peers.is_some() && target == PROBE_PATH {
-            *status = "circus; fwd=bypass";
-            return Ok(peers::probe_answer().into());
+        if self.peers.is_some() && h.contains_key(PEER_HEADER) {
+            if target == PROBE_PATH {
+                *status = "circus; fwd=bypass";
+                return Ok(peers::probe_answer().into());
+            }
+            self.metrics.peer_served.inc();
         }
         // The hit path below allocates nothing but the response: lookups
         // borrow the target, Vary values are compared in place.

@@ -21,6 +21,8 @@ pub struct OriginMetrics {
     pub peer_requests: Counter,
     pub peer_bytes: Counter,
     pub peer_errors: Counter,
+    /// GETs and HEADs other members sent this node.
+    pub peer_served: Counter,
     /// Members live in this node's view, itself included.
     pub live_peers: Gauge,
     pub resident: Gauge,
@@ -91,6 +93,7 @@ impl OriginMetrics {
             "Requests to members that failed (the member is then out)",
             m.peer_errors.clone(),
         );
+        r.register("circus_peer_served_requests", "Requests other members sent this node", m.peer_served.clone());
         r.register("circus_peers_live", "Members live in this node's view, itself included", m.live_peers.clone());
         r.register("circus_origin_resident_bytes", "Bytes held by the origin tier's store", m.resident.clone());
         r.register(

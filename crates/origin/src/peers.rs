@@ -29,7 +29,8 @@ use std::{
 /// Marks a request one node of a cluster sends another.
 pub const PEER_HEADER: &str = "circus-peer";
 
-/// Where members probe each other (answered 204 by a tier in a cluster).
+/// Where members probe each other (answered 204, with [`PEER_HEADER`], by
+/// a tier in a cluster).
 pub const PROBE_PATH: &str = "/.well-known/circus/peer";
 
 /// Placements kept (one per stored version, for the live set they were
