@@ -27,6 +27,10 @@
 //! - `clips`: Lava's video clips: players of distinct clips at 1.5 Mbit/s
 //!   from the emulated disk, more each step until one falls behind;
 //!   circus and nginx.
+//! - `cluster`: a crowd on one object through four nodes in network
+//!   namespaces behind HAProxy: one node alone, four circus nodes, four
+//!   with one killed mid-crowd, four nginx slice caches (Lancache); origin
+//!   bytes, throughput against one node's, balance.
 //! - `origin`: a crowd missing one large origin object; origin bytes over
 //!   the object size.
 //! - `origin-amplification`: `amplification`'s crowd through an origin
@@ -58,6 +62,7 @@ mod abuse;
 mod amplification;
 mod boot;
 mod clips;
+mod cluster;
 mod defaults;
 pub mod delay;
 pub mod disk;
@@ -164,6 +169,7 @@ pub async fn run(name: &str, opts: &BenchOptions, log: &mut (dyn FnMut(&str) + S
         "lava" => lava::run(opts, log).await,
         "lava-miss" => lava_miss::run(opts, log).await,
         "clips" => clips::run(opts, log).await,
+        "cluster" => cluster::run(opts, log).await,
         "origin" => origin::run(opts, log).await,
         "wpb" => wpb::run(opts, wpb::Variant::Fast, log).await,
         "wpb-modem" => wpb::run(opts, wpb::Variant::Modem, log).await,
@@ -172,7 +178,7 @@ pub async fn run(name: &str, opts: &BenchOptions, log: &mut (dyn FnMut(&str) + S
         "signature-overhead" => signature::run(signature::Sweep::Overhead, opts, log).await,
         "signature-bandwidth" => signature::run(signature::Sweep::Bandwidth, opts, log).await,
         other => Err(BenchError::Setup(format!(
-            "unknown scenario {other:?}: use abuse, amplification, amplification-plain, amplification-mixed, amplification-segmented, amplification-curl, origin-amplification, hot, https, defaults, slow, lava, lava-miss, clips, origin, wpb, wpb-modem, boot, signature-latency, signature-overhead, signature-bandwidth or one of {}",
+            "unknown scenario {other:?}: use abuse, amplification, amplification-plain, amplification-mixed, amplification-segmented, amplification-curl, origin-amplification, hot, https, defaults, slow, lava, lava-miss, clips, cluster, origin, wpb, wpb-modem, boot, signature-latency, signature-overhead, signature-bandwidth or one of {}",
             scenarios::NAMES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
         ))),
     }

@@ -86,8 +86,22 @@ impl ServerProc {
         host: &str,
         wrap: &[String],
     ) -> Result<ServerProc, BenchError> {
+        Self::circus_listening(bin, name, args, &format!("{host}:0"), host, wrap)
+    }
+
+    /// [`ServerProc::circus_serve_at`] on the address `listen` (a cluster's
+    /// members must know each other's before they start), its admin
+    /// listener on `admin_host`.
+    pub fn circus_listening(
+        bin: &Path,
+        name: &str,
+        args: &[String],
+        listen: &str,
+        admin_host: &str,
+        wrap: &[String],
+    ) -> Result<ServerProc, BenchError> {
         let mut child = wrapped(wrap, bin.as_os_str())
-            .args(["serve", "--listen", &format!("{host}:0"), "--admin-listen", &format!("{host}:0")])
+            .args(["serve", "--listen", listen, "--admin-listen", &format!("{admin_host}:0")])
             .args(args)
             .env("CIRCUS_LOG", "warn")
             .stdout(Stdio::piped())
@@ -212,6 +226,49 @@ impl ServerProc {
             root = root.display(),
         );
         Self::nginx_conf("nginx-origin", work, "127.0.0.1", port, &[], &http)
+    }
+
+    /// nginx serving `root` on `host` as an origin whose files are fresh for
+    /// a day, logging each response's body bytes (one number a line) to
+    /// `log`.
+    pub fn nginx_counting_origin(root: &Path, work: &Path, host: &str, log: &Path) -> Result<ServerProc, BenchError> {
+        let port = free_port()?;
+        let http = format!(
+            "types {{ }} default_type application/octet-stream;\n\
+             log_format body_bytes '$body_bytes_sent';\n\
+             server {{ listen {host}:{port}; root {root}; access_log {log} body_bytes; \
+             add_header Cache-Control \"public, max-age=86400\"; }}",
+            root = root.display(),
+            log = log.display(),
+        );
+        Self::nginx_conf("nginx-origin", work, host, port, &[], &http)
+    }
+
+    /// An nginx cache node of the Lancache design in front of `origin`:
+    /// proxy_cache of 1 MiB slices (the slice module), each slice fetched
+    /// once per node (proxy_cache_lock), up to `max_size` bytes; listens on
+    /// `host:port`, run through `wrap`, its files under `work`. Answers the
+    /// cluster probe path with 204 so the same front config checks it.
+    pub fn nginx_slice_node(
+        origin: &str,
+        work: &Path,
+        host: &str,
+        port: u16,
+        wrap: &[String],
+        max_size: u64,
+    ) -> Result<ServerProc, BenchError> {
+        let http = format!(
+            "proxy_cache_path {work}/slices levels=1:2 keys_zone=slices:16m max_size={max_size} inactive=1d use_temp_path=off;\n\
+             upstream origin {{ server {origin}; keepalive 64; }}\n\
+             server {{ listen {host}:{port};\n\
+               location = /.well-known/circus/peer {{ return 204; }}\n\
+               location / {{ slice 1m; proxy_cache slices; proxy_cache_key $uri$slice_range; \
+                 proxy_set_header Range $slice_range; proxy_cache_valid 200 206 1d; \
+                 proxy_cache_lock on; proxy_cache_lock_timeout 1h; proxy_http_version 1.1; \
+                 proxy_set_header Connection \"\"; proxy_pass http://origin; }} }}",
+            work = work.display(),
+        );
+        Self::nginx_conf("nginx-slice", work, host, port, wrap, &http)
     }
 
     /// Starts nginx with `http_body` inside its `http` block, after the

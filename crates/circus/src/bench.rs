@@ -39,6 +39,9 @@ pub struct BenchArgs {
     /// and what a hit, a miss and a revalidation cost; origin tier vs nginx proxy_cache),
     /// clips (players of distinct clips at 1.5 Mbit/s on the emulated disk, N rising
     /// until one falls behind; circus vs nginx; root),
+    /// cluster (a crowd on one object through 4 nodes in namespaces behind HAProxy:
+    /// 1 node, 4 circus nodes, one of them killed, 4 nginx slice caches; root; default
+    /// 200 clients, 16MiB),
     /// origin (a crowd missing one large origin object: origin bytes / size),
     /// origin-amplification (amplification's crowd through an origin tier:
     /// origin bytes / size),
@@ -174,7 +177,7 @@ pub fn main(args: BenchArgs) -> anyhow::Result<()> {
     let default_clients = match name.as_str() {
         "slow" => 5000,
         "origin" | "boot" => 100,
-        "wpb-modem" => 200,
+        "wpb-modem" | "cluster" => 200,
         "amplification-plain" | "amplification-mixed" => 10,
         "amplification-segmented" => 8,
         _ => 50,
@@ -183,7 +186,11 @@ pub fn main(args: BenchArgs) -> anyhow::Result<()> {
         circus,
         work: args.work.clone(),
         file_size: args.file_size.map_or(
-            if name.starts_with("amplification-") && name != "amplification-curl" { 200 << 20 } else { 1 << 30 },
+            match name.as_str() {
+                "cluster" => 16 << 20,
+                n if n.starts_with("amplification-") && n != "amplification-curl" => 200 << 20,
+                _ => 1 << 30,
+            },
             |s| s.0,
         ),
         clients: args.clients.unwrap_or(default_clients),

@@ -226,3 +226,55 @@ pub(crate) fn probe_answer() -> http::Response<circus_http::ResBody> {
     *res.status_mut() = StatusCode::NO_CONTENT;
     res
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peers(me: usize) -> Peers {
+        let members = (1..=5).map(|i| format!("http://10.0.0.{i}:8080").parse().unwrap()).collect();
+        let cfg = PeerConfig { members, me, group_bytes: 1 << 20, probe_interval: Duration::from_secs(1) };
+        Peers::new(&cfg, Duration::from_secs(1), 256 << 10).unwrap()
+    }
+
+    #[test]
+    fn a_member_out_of_the_placement_owns_nothing_until_it_is_back() {
+        let p = peers(0);
+        let (target, size) = ("/big.iso", 64u64 << 20);
+        let owners =
+            |p: &Peers| -> Vec<Option<MemberId>> { (0..64).map(|g| p.owner(target, 7, size, g << 20)).collect() };
+        let before = owners(&p);
+        assert!(before.contains(&Some(MemberId(3))) && before.contains(&None), "{before:?}");
+        assert!(p.set_live(MemberId(3), false));
+        assert!(!p.set_live(MemberId(3), false), "already out: no change");
+        let during = owners(&p);
+        assert!(!during.contains(&Some(MemberId(3))));
+        assert_eq!(p.live_count(), 4);
+        assert!(p.set_live(MemberId(3), true));
+        assert_eq!(owners(&p), before, "back in: the same table");
+        assert!(!p.set_live(MemberId(0), false), "a node never takes itself out");
+    }
+
+    #[test]
+    fn the_first_answer_comes_from_the_first_of_the_first_groups_ranking() {
+        let target = "/layer.tar";
+        let members: Vec<String> = (1..=5).map(|i| format!("http://10.0.0.{i}:8080")).collect();
+        let top = Membership::new(&members).ranking(ObjectKey::of(target), 0)[0];
+        for me in 0..5 {
+            let p = peers(me);
+            let expected = (top.0 as usize != me).then_some(top);
+            assert_eq!(p.first_owner(target), expected, "node {me}");
+            // And the owner of byte 0 under the load bound is the same one.
+            assert_eq!(p.owner(target, 1, 64 << 20, 0), expected, "node {me}");
+        }
+    }
+
+    #[test]
+    fn groups_are_whole_blocks_and_the_node_is_a_member() {
+        let members: Vec<Uri> = vec!["http://a:1".parse().unwrap()];
+        let cfg = PeerConfig { members, me: 0, group_bytes: 1_000_000, probe_interval: Duration::from_secs(1) };
+        assert!(matches!(Peers::new(&cfg, Duration::from_secs(1), 1 << 20), Err(SetupError::PeerGroup { .. })));
+        let cfg = PeerConfig { me: 1, group_bytes: 1 << 20, ..cfg };
+        assert!(matches!(Peers::new(&cfg, Duration::from_secs(1), 1 << 20), Err(SetupError::NotAMember(_))));
+    }
+}
