@@ -6,7 +6,7 @@
 use crate::client::content_range;
 use crate::{
     Lookup, Object, OriginTier, integrity, metrics,
-    peers::{PEER_HEADER, Upstream},
+    peers::{Peers, Upstream},
     respond::{forwarded, whole},
     rfc9111,
     source::{OriginBody, OriginResponse},
@@ -38,7 +38,7 @@ impl OriginTier {
         let first_block = format!("bytes=0-{}", self.block_size - 1);
         fh.insert(header::RANGE, HeaderValue::from_str(&first_block).expect("ASCII"));
         let request_time = SystemTime::now();
-        let (res, peer) = match self.first_answer(target, fh).await {
+        let (res, peer) = match self.first_answer(target, fh, h.get(header::CACHE_CONTROL)).await {
             Ok(answered) => answered,
             Err(e) => {
                 self.metrics.origin_errors.inc();
@@ -102,6 +102,10 @@ impl OriginTier {
         if status == StatusCode::PARTIAL_CONTENT {
             fields.remove(header::CONTENT_RANGE);
         }
+        // The member's own entry; this tier adds its own as it answers.
+        if peer.is_some() {
+            fields.remove(crate::CACHE_STATUS);
+        }
         let obj = Object::new(
             target,
             version,
@@ -145,27 +149,22 @@ impl OriginTier {
     /// and the asker is live in its own, so each hop goes to a member that
     /// scores higher than the one before. However the views differ, no
     /// request comes back to a member it passed.
+    ///
+    /// A peer is also given the client's Cache-Control, so that a client
+    /// that asks for revalidation (no-cache, max-age=0) gets it from the
+    /// member whose copy it would otherwise be.
     async fn first_answer(
         &self,
         target: &str,
-        mut fh: HeaderMap,
+        fh: HeaderMap,
+        cache_control: Option<&HeaderValue>,
     ) -> Result<(OriginResponse, Option<MemberId>), ReadError> {
-        if let Some(peers) = &self.peers {
-            for _ in 0..peers.len() {
-                let Some(m) = peers.first_owner(target) else { break };
-                fh.insert(PEER_HEADER, HeaderValue::from_static("1"));
-                self.metrics.peer_requests.inc();
-                let failure = match peers.client(m).get(target, &fh).await {
-                    Ok(res) if res.status().is_server_error() => format!("answered {}", res.status().as_u16()),
-                    Ok(res) => return Ok((OriginResponse::from_http(res)?, Some(m))),
-                    Err(e) => e.to_string(),
-                };
-                self.metrics.peer_errors.inc();
-                if peers.set_live(m, false) {
-                    tracing::warn!(peer = peers.url(m), why = %failure, "peer failed: out of the placement");
-                }
-            }
-            fh.remove(PEER_HEADER);
+        let mut to_peer = fh.clone();
+        if let Some(cc) = cache_control {
+            to_peer.insert(header::CACHE_CONTROL, cc.clone());
+        }
+        if let Some((res, m)) = self.ask_owner(target, to_peer, |p: &Peers| p.first_owner(target)).await? {
+            return Ok((res, Some(m)));
         }
         self.metrics.origin_requests.inc();
         Ok((self.client.get(target, &fh).await?, None))

@@ -9,7 +9,7 @@ use crate::{
     client::content_range,
     fetch::BlockFetch,
     integrity, leaves, metrics,
-    peers::{PEER_HEADER, Upstream},
+    peers::{Peers, Upstream},
     source::OriginResponse,
 };
 use bytes::Bytes;
@@ -32,8 +32,19 @@ impl OriginTier {
         }
         loop {
             self.ensure(obj, b, last, upstream);
-            if let Some(f) = self.inflight.lock().expect("inflight lock").get(&(obj.version, b)) {
-                return BlockRef::Pending(f.clone());
+            let found = self.inflight.lock().expect("inflight lock").get(&(obj.version, b)).cloned();
+            match found {
+                // A peer's request waits on no other member: had this node
+                // asked the peer for the block meanwhile (their views of
+                // the placement differ for a moment), each would wait on
+                // the other. It asks the origin on its own.
+                Some(f) if upstream == Upstream::Origin && f.via_peer() => {
+                    let alone = Arc::new(BlockFetch::new(obj.layout.block_len(b), false));
+                    self.spawn_fetch(obj.clone(), b, vec![alone.clone()], None, Upstream::Origin);
+                    return BlockRef::Pending(alone);
+                }
+                Some(f) => return BlockRef::Pending(f),
+                None => {}
             }
             // Completed between the two looks; if it was evicted at once (a
             // budget smaller than the readers' spread) the next round claims it.
@@ -92,7 +103,16 @@ impl OriginTier {
     /// group, as each group has its owner).
     pub(crate) fn ensure(self: &Arc<Self>, obj: &Arc<Object>, first: u32, last: u32, upstream: Upstream) {
         let mut runs: Vec<(u32, Vec<Arc<BlockFetch>>)> = Vec::new();
-        let group = self.peers.as_ref().map_or(u32::MAX, |p| p.group_blocks(self.block_size));
+        let group = self.peers.as_ref().map_or(u32::MAX, |p| p.group_blocks(obj.size, self.block_size)).max(1);
+        // Whether block `b`'s group is asked of another member.
+        let via_peer = |b: u32| {
+            upstream == Upstream::Owner
+                && self
+                    .peers
+                    .as_ref()
+                    .is_some_and(|p| p.owner(&obj.target, obj.version, obj.size, obj.layout.offset(b)).is_some())
+        };
+        let mut peer_group: Option<(u32, bool)> = None;
         {
             let mut inflight = self.inflight.lock().expect("inflight lock");
             let mut open = false;
@@ -104,7 +124,15 @@ impl OriginTier {
                 if b % group == 0 {
                     open = false;
                 }
-                let fetch = Arc::new(BlockFetch::new(obj.layout.block_len(b)));
+                let peer = match peer_group {
+                    Some((g, peer)) if g == b / group => peer,
+                    _ => {
+                        let peer = via_peer(b);
+                        peer_group = Some((b / group, peer));
+                        peer
+                    }
+                };
+                let fetch = Arc::new(BlockFetch::new(obj.layout.block_len(b), peer));
                 inflight.insert((obj.version, b), fetch.clone());
                 match runs.last_mut() {
                     Some((_, run)) if open => run.push(fetch),
@@ -123,7 +151,7 @@ impl OriginTier {
         let mut inflight = self.inflight.lock().expect("inflight lock");
         (first..=last)
             .map(|b| {
-                let fetch = Arc::new(BlockFetch::new(obj.layout.block_len(b)));
+                let fetch = Arc::new(BlockFetch::new(obj.layout.block_len(b), false));
                 inflight.insert((obj.version, b), fetch.clone());
                 fetch
             })
@@ -175,9 +203,14 @@ impl OriginTier {
         let (start, end) = (layout.offset(done.first), layout.offset(last) + u64::from(layout.block_len(last)) - 1);
         // An origin that ignores Range sends a whole object in one fetch:
         // it takes the whole share rather than wait for more than exists.
-        let kib = u32::try_from((end - start + 1).div_ceil(1024)).unwrap_or(u32::MAX).min(self.fetch_kib_total);
-        let _bytes = self.fetch_kib.acquire_many(kib).await.map_err(|e| ReadError::origin(e.to_string()))?;
-        let _slot = self.slots.acquire().await.map_err(|e| ReadError::origin(e.to_string()))?;
+        // Fetches asked of peers draw on their own share: a peer's request
+        // is served by fetches from the origin, which must never wait for
+        // room that fetches waiting on peers hold.
+        let via_peer = done.fetches.first().is_some_and(|f| f.via_peer());
+        let pool = if via_peer { &self.peer_pool } else { &self.origin_pool };
+        let kib = u32::try_from((end - start + 1).div_ceil(1024)).unwrap_or(u32::MAX).min(pool.kib_total);
+        let _bytes = pool.kib.acquire_many(kib).await.map_err(|e| ReadError::origin(e.to_string()))?;
+        let _slot = pool.slots.acquire().await.map_err(|e| ReadError::origin(e.to_string()))?;
         let (res, peer) = match res {
             Some(answered) => answered,
             None => self.fetch_part(obj, start, end, upstream).await?,
@@ -196,7 +229,8 @@ impl OriginTier {
         };
         while let Some(chunk) = tokio::time::timeout(wait, body.next())
             .await
-            .map_err(|_| peer_failed(ReadError::origin(format!("origin sent nothing for {wait:?}"))))?
+            // A stall may be the member's origin: the probes judge it.
+            .map_err(|_| ReadError::origin(format!("origin sent nothing for {wait:?}")))?
         {
             let mut data = chunk.map_err(peer_failed)?;
             match peer {
@@ -241,24 +275,12 @@ impl OriginTier {
         end: u64,
         upstream: Upstream,
     ) -> Result<(OriginResponse, Option<MemberId>), ReadError> {
-        let mut headers = obj.fetch_headers(start, end);
-        if let Some(peers) = self.peers.as_ref().filter(|_| upstream == Upstream::Owner) {
-            // Each failure takes a member out: at most one try per member.
-            for _ in 0..peers.len() {
-                let Some(m) = peers.owner(&obj.target, obj.version, obj.size, start) else { break };
-                headers.insert(PEER_HEADER, http::HeaderValue::from_static("1"));
-                self.metrics.peer_requests.inc();
-                let failure = match peers.client(m).get(&obj.target, &headers).await {
-                    Ok(res) if res.status().is_server_error() => format!("answered {}", res.status().as_u16()),
-                    Ok(res) => return Ok((check_part(obj, OriginResponse::from_http(res)?, start, end)?, Some(m))),
-                    Err(e) => e.to_string(),
-                };
-                self.metrics.peer_errors.inc();
-                if peers.set_live(m, false) {
-                    tracing::warn!(peer = peers.url(m), why = %failure, "peer failed: out of the placement");
-                }
+        let headers = obj.fetch_headers(start, end);
+        if upstream == Upstream::Owner {
+            let owner = |p: &Peers| p.owner(&obj.target, obj.version, obj.size, start);
+            if let Some((res, m)) = self.ask_owner(&obj.target, headers.clone(), owner).await? {
+                return Ok((check_part(obj, res, start, end)?, Some(m)));
             }
-            headers.remove(PEER_HEADER);
         }
         self.metrics.origin_requests.inc();
         let res = self.client.get(&obj.target, &headers).await?;
@@ -392,8 +414,10 @@ impl Done {
 
     fn fail(&mut self, why: &ReadError) {
         while let Some(fetch) = self.fetches.get(self.next) {
-            fetch.fail(why);
+            // Out of `inflight` before its waiters wake, so that one that
+            // asks again starts a new fetch rather than find this one.
             self.forget(self.first + self.next as u32, fetch);
+            fetch.fail(why);
             self.next += 1;
         }
     }

@@ -132,7 +132,10 @@ impl Cursor {
 /// Bytes `start..=end` of `obj`, its missing blocks fetched from `upstream`.
 pub(crate) fn range(tier: Arc<OriginTier>, obj: Arc<Object>, start: u64, end: u64, upstream: Upstream) -> ResBody {
     let verify = (start, end + 1) == (0, obj.size) && !obj.trusted();
-    let retries = if tier.peers.is_some() { CLUSTER_RETRIES } else { 0 };
+    // A block asked again must be the same version's: only with a strong
+    // ETag (sent as If-Match) or a digest to hold it to.
+    let strong = obj.etag.as_deref().is_some_and(|e| !e.starts_with("W/")) || obj.integrity.is_some();
+    let retries = if tier.peers.is_some() && strong { CLUSTER_RETRIES } else { 0 };
     let cursor = Cursor { tier, obj, pos: start, end, pending: None, verify, upstream, retries };
     let stream = futures_util::stream::unfold(cursor, |mut c| async move {
         let item = c.next().await?;

@@ -21,14 +21,21 @@ struct FetchState {
 #[derive(Debug)]
 pub struct BlockFetch {
     len: usize,
+    /// Asked of another member of the cluster: a peer's request must not
+    /// wait on it (see `OriginTier::block`).
+    via_peer: bool,
     state: Mutex<FetchState>,
     /// Bumped on every change; waiters sleep on it.
     tick: watch::Sender<()>,
 }
 
 impl BlockFetch {
-    pub fn new(len: u32) -> Self {
-        BlockFetch { len: len as usize, state: Mutex::default(), tick: watch::Sender::new(()) }
+    pub fn new(len: u32, via_peer: bool) -> Self {
+        BlockFetch { len: len as usize, via_peer, state: Mutex::default(), tick: watch::Sender::new(()) }
+    }
+
+    pub fn via_peer(&self) -> bool {
+        self.via_peer
     }
 
     pub fn subscribe(&self) -> watch::Receiver<()> {
@@ -163,7 +170,7 @@ mod tests {
 
     #[tokio::test]
     async fn waiters_get_chunks_as_they_arrive_and_failure_reaches_all() {
-        let f = Arc::new(BlockFetch::new(6));
+        let f = Arc::new(BlockFetch::new(6, false));
         let mut early = f.subscribe();
         f.push(Bytes::from_static(b"abc"));
         assert_eq!(f.chunk(0, &mut early).await.unwrap().unwrap(), "abc");
@@ -183,7 +190,7 @@ mod tests {
 
         assert_eq!(f.range(2, 3).await.unwrap(), "cde", "a range across chunks");
 
-        let g = BlockFetch::new(4);
+        let g = BlockFetch::new(4, false);
         g.push(Bytes::from_static(b"ab"));
         g.fail(&ReadError::origin("origin closed the connection"));
         let mut rx = g.subscribe();

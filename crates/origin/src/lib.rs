@@ -194,6 +194,26 @@ impl From<Response<ResBody>> for Answer {
     }
 }
 
+/// Fetches in flight: how many at once, and the bytes (in KiB permits)
+/// their buffers hold outside the store, set apart from the budget.
+#[derive(Debug)]
+struct FetchPool {
+    slots: Arc<Semaphore>,
+    kib: Arc<Semaphore>,
+    kib_total: u32,
+}
+
+impl FetchPool {
+    fn new(slots: usize, bytes: u64) -> Self {
+        let kib_total = u32::try_from(bytes / 1024).unwrap_or(u32::MAX).max(1);
+        FetchPool {
+            slots: Arc::new(Semaphore::new(slots.max(1))),
+            kib: Arc::new(Semaphore::new(kib_total as usize)),
+            kib_total,
+        }
+    }
+}
+
 /// A block as a reader finds it.
 pub(crate) enum BlockRef {
     Ready(Bytes),
@@ -214,13 +234,12 @@ pub struct OriginTier {
     next_version: AtomicU64,
     block_size: u32,
     readahead: u32,
-    slots: Arc<Semaphore>,
+    /// Room for fetches from the origin, and for fetches asked of peers
+    /// (empty without a cluster).
+    origin_pool: FetchPool,
+    peer_pool: FetchPool,
     /// Prefetches running at once (operators' requests beyond are refused).
     prefetches: Arc<Semaphore>,
-    /// Bytes (in KiB permits) of fetches in flight: their buffers are held
-    /// outside the store, so this share of the budget is set apart for them.
-    fetch_kib: Arc<Semaphore>,
-    fetch_kib_total: u32,
     metrics: Arc<OriginMetrics>,
     /// The scheduler's block size: the unit of native blocks and leaves.
     native_block: u32,
@@ -240,7 +259,8 @@ impl OriginTier {
         registry: &mut Registry,
     ) -> Result<Self, SetupError> {
         let TierBudget { stored, fetching } = budget;
-        let fetch_kib_total = u32::try_from(fetching / 1024).unwrap_or(u32::MAX).max(1);
+        // In a cluster, half the room goes to fetches asked of peers.
+        let to_peers = if cfg.peers.is_some() { fetching / 2 } else { 0 };
         let peers = match &cfg.peers {
             Some(p) => {
                 let peers = Arc::new(peers::Peers::new(p, cfg.timeout, cfg.block_size)?);
@@ -253,14 +273,13 @@ impl OriginTier {
             client: Source::new(&cfg.source, cfg.timeout, cfg.ca_file.as_deref())?,
             peers,
             store: Store::new(stored, 16 * 1024, u64::from(cfg.block_size)),
-            fetch_kib: Arc::new(Semaphore::new(fetch_kib_total as usize)),
-            fetch_kib_total,
+            origin_pool: FetchPool::new(cfg.max_fetches, fetching - to_peers),
+            peer_pool: FetchPool::new(cfg.max_fetches, to_peers),
             inflight: Mutex::default(),
             lookups: Mutex::default(),
             next_version: AtomicU64::new(1),
             block_size: cfg.block_size,
             readahead: cfg.readahead,
-            slots: Arc::new(Semaphore::new(cfg.max_fetches.max(1))),
             prefetches: Arc::new(Semaphore::new(PREFETCHES)),
             metrics: Arc::new(OriginMetrics::register(registry)),
             native_block,

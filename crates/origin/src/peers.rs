@@ -8,17 +8,25 @@
 //! leaves and digest as the block completes).
 //!
 //! A request from a peer carries [`PEER_HEADER`]; the node answering it
-//! fetches what it lacks from the origin itself, never from a third node,
-//! so a request makes at most one hop even while two nodes disagree about
-//! who is live.
+//! fetches the blocks it lacks from the origin itself, never from a third
+//! node (a block it has already asked another member for is fetched again
+//! on its own), so a block makes at most one hop and no two nodes wait on
+//! each other, even while they disagree about who is live. A first answer
+//! (size and validators) may take more hops, each to a member ranked
+//! higher (see `OriginTier::first_answer`). Fetches asked of peers have
+//! their own share of the room for fetches in flight, so the origin
+//! fetches that answer peers never wait for room those fetches hold.
 //!
 //! Members are probed every `probe_interval` at [`PROBE_PATH`] (204 from a
-//! live tier); a member that fails a probe, a connection or a body is out
-//! of the placement at once, so its groups go to the next members of their
-//! rankings, and back when it answers a probe again.
+//! live tier); a member that fails a probe, cannot be connected to, or
+//! breaks off a body is out of the placement at once, so its groups go to
+//! the next members of their rankings, and back when it answers a probe
+//! again. A member that answers 5xx is up: what failed is behind it, and
+//! the asker goes to the origin for that fetch.
 
-use crate::{SetupError, client::OriginClient};
+use crate::{OriginTier, SetupError, client::OriginClient, source::OriginResponse};
 use circus_cluster::{MemberId, Membership, ObjectKey, ObjectPlacement, PlacementConfig};
+use circus_store::ReadError;
 use http::{HeaderMap, HeaderValue, StatusCode, Uri};
 use rustc_hash::FxHashMap;
 use std::{
@@ -33,9 +41,17 @@ pub const PEER_HEADER: &str = "circus-peer";
 /// a tier in a cluster).
 pub const PROBE_PATH: &str = "/.well-known/circus/peer";
 
-/// Placements kept (one per stored version, for the live set they were
-/// computed for).
-const PLACEMENTS_KEPT: usize = 4096;
+/// Groups of the placements kept (one per stored version, for the live set
+/// it was computed for): about 40 bytes each.
+const PLACEMENT_GROUPS_KEPT: u64 = 1 << 20;
+
+/// Most groups one object is cut into; a larger object has larger groups
+/// (a whole multiple of the configured size), so that its placement stays
+/// small and quick to compute.
+const MAX_GROUPS: u64 = 16_384;
+
+/// Shortest time between two probes, and the shortest a probe may take.
+const MIN_PROBE: Duration = Duration::from_millis(50);
 
 /// A node's view of its cluster.
 #[derive(Debug, Clone)]
@@ -110,9 +126,17 @@ impl Peers {
         })
     }
 
-    /// Origin blocks of `block_size` per group.
-    pub(crate) fn group_blocks(&self, block_size: u32) -> u32 {
-        (self.placement.group_bytes / u64::from(block_size)) as u32
+    /// Bytes per group of an object of `size` bytes: the configured size,
+    /// or a whole multiple of it that cuts the object into at most
+    /// [`MAX_GROUPS`] groups.
+    pub(crate) fn group_bytes(&self, size: u64) -> u64 {
+        let per = self.placement.group_bytes;
+        per * size.div_ceil(per).div_ceil(MAX_GROUPS).max(1)
+    }
+
+    /// Origin blocks of `block_size` per group of an object of `size` bytes.
+    pub(crate) fn group_blocks(&self, size: u64, block_size: u32) -> u32 {
+        u32::try_from(self.group_bytes(size) / u64::from(block_size)).unwrap_or(u32::MAX)
     }
 
     /// Members in the list, live or not.
@@ -146,10 +170,11 @@ impl Peers {
             match placements.get(&version) {
                 Some((epoch, table)) if *epoch == live.epoch => table.clone(),
                 _ => {
-                    let groups = self.placement.groups(size);
+                    let groups = size.div_ceil(self.group_bytes(size));
                     let table =
                         Arc::new(ObjectPlacement::new(&live.members, ObjectKey::of(target), groups, &self.placement)?);
-                    if placements.len() >= PLACEMENTS_KEPT {
+                    let kept: u64 = placements.values().map(|(_, t)| t.groups()).sum();
+                    if kept + groups > PLACEMENT_GROUPS_KEPT {
                         placements.clear();
                     }
                     placements.insert(version, (live.epoch, table.clone()));
@@ -157,7 +182,7 @@ impl Peers {
                 }
             }
         };
-        let owner = table.owner(offset / self.placement.group_bytes);
+        let owner = table.owner((offset / self.group_bytes(size)).min(table.groups().saturating_sub(1)));
         (owner != self.me).then_some(owner)
     }
 
@@ -212,12 +237,51 @@ impl Peers {
         let mut h = HeaderMap::new();
         h.insert(PEER_HEADER, HeaderValue::from_static("probe"));
         let ask = self.client(m).head(PROBE_PATH, &h);
-        matches!(tokio::time::timeout(self.probe_interval, ask).await, Ok(Ok(res)) if res.status() == StatusCode::NO_CONTENT)
+        let wait = self.probe_interval.max(MIN_PROBE);
+        matches!(tokio::time::timeout(wait, ask).await, Ok(Ok(res)) if res.status() == StatusCode::NO_CONTENT)
+    }
+}
+
+impl OriginTier {
+    /// Asks the member `owner` names for `target` with `headers` (marked as
+    /// a peer's), again after each member that cannot be reached (it is
+    /// then out of the placement, and `owner` names the next). `None` when
+    /// this node is the owner, when there is no cluster, or when a member
+    /// answered 5xx: the member is up, what failed is behind it (its
+    /// origin), and the caller asks the origin itself.
+    pub(crate) async fn ask_owner(
+        &self,
+        target: &str,
+        mut headers: HeaderMap,
+        owner: impl Fn(&Peers) -> Option<MemberId>,
+    ) -> Result<Option<(OriginResponse, MemberId)>, ReadError> {
+        let Some(peers) = &self.peers else { return Ok(None) };
+        headers.insert(PEER_HEADER, HeaderValue::from_static("1"));
+        // Each failure takes a member out: at most one try per member.
+        for _ in 0..peers.len() {
+            let Some(m) = owner(peers) else { return Ok(None) };
+            self.metrics.peer_requests.inc();
+            match peers.client(m).get(target, &headers).await {
+                Ok(res) if res.status().is_server_error() => {
+                    self.metrics.peer_errors.inc();
+                    tracing::info!(peer = peers.url(m), status = res.status().as_u16(), %target, "peer failed to fetch: asking the origin");
+                    return Ok(None);
+                }
+                Ok(res) => return Ok(Some((OriginResponse::from_http(res)?, m))),
+                Err(e) => {
+                    self.metrics.peer_errors.inc();
+                    if peers.set_live(m, false) {
+                        tracing::warn!(peer = peers.url(m), error = %e, "peer cannot be reached: out of the placement");
+                    }
+                }
+            }
+        }
+        Ok(None)
     }
 }
 
 fn peers_interval(weak: &Weak<Peers>) -> Duration {
-    weak.upgrade().map_or(Duration::from_secs(1), |p| p.probe_interval.max(Duration::from_millis(50)))
+    weak.upgrade().map_or(Duration::from_secs(1), |p| p.probe_interval.max(MIN_PROBE))
 }
 
 /// A live tier's answer to a member's probe.

@@ -367,6 +367,10 @@ impl Settings {
                 )));
             }
         }
+        if cfg.origin.as_ref().is_some_and(|o| o.peers.is_some()) && !cfg.private.is_empty() {
+            // Members ask each other without the client's signature or token.
+            return Err(ConfigError::Peers("[[private]] prefixes are not served by a cluster yet".into()));
+        }
         let peer_settings = [self.peers.is_some(), self.peer_self.is_some(), self.peer_group.is_some()];
         if cfg.origin.is_none() && (peer_settings.contains(&true) || self.peer_probe.is_some()) {
             return Err(ConfigError::Peers("a cluster shares an origin: give --origin too".into()));
@@ -600,6 +604,14 @@ mod tests {
         file.apply(&mut cfg).unwrap();
         let peers = cfg.origin.unwrap().peers.unwrap();
         assert_eq!((peers.me, peers.group_bytes, peers.probe_interval), (1, 8 << 20, Duration::from_millis(250)));
+        // Members ask each other without the clients' signatures.
+        let private = Settings::parse(
+            "origin = \"http://o/\"\npeers = [\"http://a:1\"]\npeer_self = \"http://a:1\"\n\
+             [[private]]\nprefix = \"/models/\"\ntokens = [\"a-token\"]\n",
+        )
+        .unwrap();
+        let e = private.apply(&mut ServeConfig::new("/srv".into())).unwrap_err().to_string();
+        assert!(e.contains("[[private]]"), "{e}");
     }
 
     #[test]

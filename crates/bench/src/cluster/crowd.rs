@@ -54,19 +54,19 @@ pub async fn run(
     progress: Arc<Progress>,
 ) -> Outcome {
     let started = Instant::now();
-    let tasks: Vec<_> = (0..clients)
-        .map(|_| {
-            let (addr, progress) = (addr.clone(), progress.clone());
-            tokio::spawn(async move {
-                let out = download(&addr, path, size, digest, &progress).await;
-                progress.done.fetch_add(1, Ordering::Relaxed);
-                out
-            })
-        })
-        .collect();
+    // Dropped (the run aborted), the set aborts every download.
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..clients {
+        let (addr, progress) = (addr.clone(), progress.clone());
+        tasks.spawn(async move {
+            let out = download(&addr, path, size, digest, &progress).await;
+            progress.done.fetch_add(1, Ordering::Relaxed);
+            out
+        });
+    }
     let mut outcome = Outcome::default();
-    for t in tasks {
-        match t.await {
+    while let Some(t) = tasks.join_next().await {
+        match t {
             Ok(Ok(resumes)) => {
                 outcome.verified += 1;
                 outcome.resumes += resumes;

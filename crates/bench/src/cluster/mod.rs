@@ -108,9 +108,9 @@ pub async fn run(opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Res
     ];
     let mut rows = Vec::new();
     let mut one_node = 0.0;
-    for (name, r) in &runs {
+    for (i, (name, r)) in runs.iter().enumerate() {
         log(&format!("{name}: {} clients, {} bytes each", r.clients, opts.file_size));
-        let m = run_one(&ctx, r, log).await?;
+        let m = run_one(&ctx, i + 1, r, log).await?;
         let row = row(name, r, &m, opts.file_size, one_node);
         if r.nodes == 1 {
             one_node = row.get("throughput_mbit_s").unwrap_or(0.0);
@@ -181,9 +181,14 @@ fn verdict(rows: &[Row]) -> String {
     )
 }
 
-async fn run_one(ctx: &Ctx<'_>, r: &Run, log: &mut (dyn FnMut(&str) + Send)) -> Result<Measured, BenchError> {
+async fn run_one(
+    ctx: &Ctx<'_>,
+    index: usize,
+    r: &Run,
+    log: &mut (dyn FnMut(&str) + Send),
+) -> Result<Measured, BenchError> {
     let plan = &ctx.net.plan;
-    let work = ctx.opts.work.join(format!("cluster-{}-{}", r.nodes, r.kill_at.is_some()));
+    let work = ctx.opts.work.join(format!("cluster-run{index}"));
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work).map_err(io_err("creating the run's directory"))?;
     let access_log = work.join("origin-bytes.log");
