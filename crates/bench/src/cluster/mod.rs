@@ -16,10 +16,12 @@
 //! bytes over the object size, aggregate throughput, and the bytes each
 //! node sent (clients and peers) as the largest over the mean.
 //!
-//! The setting is four 1 Gbit/s nodes, 200 clients and a 1 GiB
+//! The target setting is four 1 Gbit/s nodes, 200 clients and a 1 GiB
 //! object; on two cores that is 200 GiB through one proxy, so the links,
 //! the object and the run are scaled down (100 Mbit/s, `--file-size`,
-//! default 16 MiB) and the targets, which are ratios, kept.
+//! default 16 MiB) and the targets, which are ratios, kept. The nodes use
+//! the machine's TCP congestion control unless `CIRCUS_BENCH_CC` names
+//! another (reno, say).
 
 mod crowd;
 pub mod net;
@@ -91,7 +93,13 @@ pub async fn run(opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Res
     make_file(&object, opts.file_size, opts.seed)?;
     let digest = blake3::hash(&std::fs::read(&object).map_err(io_err("reading the object"))?);
     let id = std::process::id();
-    let plan = ClusterNet { id, subnet: Network::free_subnet(id)?, nodes: NODES, link_bps: LINK_BPS };
+    // The machine's congestion control unless CIRCUS_BENCH_CC names one
+    // (reno: flows share a link evenly; BBR, this machine's default, lets
+    // the established flows of a node's clients crowd out a member's
+    // request).
+    let congestion_control = std::env::var("CIRCUS_BENCH_CC").ok().filter(|c| !c.is_empty());
+    let plan =
+        ClusterNet { id, subnet: Network::free_subnet(id)?, nodes: NODES, link_bps: LINK_BPS, congestion_control };
     let ctx = Ctx { opts, net: NetUp::up(plan)?, root, digest };
     let per_node = opts.clients.div_ceil(NODES);
     let runs = [
@@ -206,6 +214,7 @@ async fn run_one(
     let crowd = tokio::spawn(crowd::run(addr, PATH, r.clients, size, ctx.digest, progress.clone()));
     let (total, started) = (size * r.clients as u64, Instant::now());
     let mut killed = None;
+    let (mut last_sent, mut last_log) = (before.clone(), Instant::now());
     while !crowd.is_finished() {
         tokio::time::sleep(Duration::from_millis(250)).await;
         let bytes = progress.bytes.load(Ordering::Relaxed);
@@ -218,14 +227,20 @@ async fn run_one(
             killed = Some(victim);
             log(&format!("  killed node {} at {:.0}% of the bytes", victim + 1, 100.0 * bytes as f64 / total as f64));
         }
-        if started.elapsed().as_millis() % 5000 < 250 {
+        if last_log.elapsed() >= Duration::from_secs(5) {
+            let sent: Vec<u64> = (0..r.nodes).map(|n| ctx.net.sent_by(n)).collect();
+            let secs = last_log.elapsed().as_secs_f64();
+            let rates: Vec<String> =
+                sent.iter().zip(&last_sent).map(|(a, b)| format!("{:.0}", (a - b) as f64 * 8.0 / secs / 1e6)).collect();
             log(&format!(
-                "  {:.0} s: {:.0}% of the bytes, {} of {} downloads done",
+                "  {:.0} s: {:.0}% of the bytes, {} of {} downloads done; nodes send {} Mbit/s",
                 started.elapsed().as_secs_f64(),
                 100.0 * bytes as f64 / total as f64,
                 progress.done.load(Ordering::Relaxed),
-                r.clients
+                r.clients,
+                rates.join(" / ")
             ));
+            (last_sent, last_log) = (sent, Instant::now());
         }
         if started.elapsed() > CROWD_LIMIT {
             crowd.abort();
@@ -237,6 +252,20 @@ async fn run_one(
         log(&format!("  {} downloads failed, the first: {why}", outcome.failures.len()));
     }
     let node_bytes = (0..r.nodes).map(|n| ctx.net.sent_by(n) - before[n]).collect();
+    if r.system == System::Circus {
+        for node in nodes.iter().filter(|n| n.child.id() != 0) {
+            let m = |name: &str| node.metric(name).unwrap_or(f64::NAN);
+            log(&format!(
+                "  {}: from the origin {:.1} MiB, from peers {:.1} MiB, peer requests {} ({} failed), served to peers {}",
+                node.name,
+                m("circus_origin_fetched_bytes_total") / 1048576.0,
+                m("circus_peer_fetched_bytes_total") / 1048576.0,
+                m("circus_peer_requests_total"),
+                m("circus_peer_errors_total"),
+                m("circus_peer_served_requests_total"),
+            ));
+        }
+    }
     // The origin logs a response when it ends: stop every client of it first.
     drop(front);
     nodes.clear();

@@ -19,6 +19,9 @@ use std::{
 /// Prefix of everything this module creates.
 const PREFIX: &str = "cbk";
 
+/// A link's queue, in seconds of its rate (at least four 64 KiB segments).
+const QUEUE_SECONDS: f64 = 0.02;
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClusterNet {
     /// Unique per run (the bench's pid).
@@ -28,6 +31,8 @@ pub struct ClusterNet {
     pub nodes: usize,
     /// Each node's link, both ways, in bits per second.
     pub link_bps: f64,
+    /// The nodes' TCP congestion control, if not the machine's default.
+    pub congestion_control: Option<String>,
 }
 
 impl ClusterNet {
@@ -73,12 +78,21 @@ impl ClusterNet {
         format!("addr add {}/16 dev {v}\nlink set {v} up\nlink set lo up\n", self.node_ip(n))
     }
 
-    /// `tc -batch` lines shaping `dev` to the link rate.
+    /// `tc -batch` lines shaping `dev` to the link rate, behind it a queue
+    /// of [`QUEUE_SECONDS`] of the link's bytes. HTB's own leaf queue is a
+    /// 1,000-packet FIFO, which with 64 KiB segmentation offload holds
+    /// seconds of a saturated link: every new connection (a health check,
+    /// a block asked of a member) then waits behind seconds of other flows'
+    /// bytes and starts slowly over that round trip, where a host with
+    /// fq_codel (systemd's default qdisc; not built on this kernel) keeps
+    /// the queue to milliseconds.
     pub fn tc_batch(&self, dev: &str) -> String {
         let rate = self.link_bps.round() as u64;
+        let queue = ((self.link_bps / 8.0 * QUEUE_SECONDS) as u64).max(4 * 65_536);
         format!(
             "qdisc add dev {dev} root handle 1: htb default 1\n\
-             class add dev {dev} parent 1: classid 1:1 htb rate {rate}bit ceil {rate}bit\n"
+             class add dev {dev} parent 1: classid 1:1 htb rate {rate}bit ceil {rate}bit\n\
+             qdisc add dev {dev} parent 1:1 handle 10: bfifo limit {queue}\n"
         )
     }
 
@@ -106,6 +120,10 @@ impl NetUp {
             let (r, v) = net.plan.veths(n);
             run_batch(&["tc", "-n", &ns, "-batch", "-"], &net.plan.tc_batch(&v))?;
             run_batch(&["tc", "-batch", "-"], &net.plan.tc_batch(&r))?;
+            if let Some(cc) = &net.plan.congestion_control {
+                let set = format!("net.ipv4.tcp_congestion_control={cc}");
+                run_batch(&["ip", "netns", "exec", &ns, "sysctl", "-qw", &set], "")?;
+            }
         }
         Ok(net)
     }
@@ -180,7 +198,7 @@ mod tests {
 
     #[test]
     fn every_node_has_its_namespace_its_address_and_a_shaped_link_both_ways() {
-        let plan = ClusterNet { id: 42, subnet: 150, nodes: 2, link_bps: 100e6 };
+        let plan = ClusterNet { id: 42, subnet: 150, nodes: 2, link_bps: 100e6, congestion_control: None };
         let ip = plan.ip_batch();
         assert!(ip.starts_with("link add cbk42br type bridge\naddr add 10.150.0.254/16 dev cbk42br\n"), "{ip}");
         for n in 0..2 {
@@ -190,6 +208,7 @@ mod tests {
         assert_eq!(plan.ns_ip_batch(1), "addr add 10.150.0.2/16 dev cbk42v1\nlink set cbk42v1 up\nlink set lo up\n");
         let tc = plan.tc_batch("cbk42v1");
         assert!(tc.contains("htb rate 100000000bit ceil 100000000bit"), "{tc}");
+        assert!(tc.ends_with("qdisc add dev cbk42v1 parent 1:1 handle 10: bfifo limit 262144\n"), "{tc}");
         // Interface names fit the kernel's 15 characters for any pid.
         let big = ClusterNet { id: 4_194_304, ..plan };
         assert!(big.veths(9).0.len() <= 15 && big.namespace(9).len() <= 15);
