@@ -317,7 +317,9 @@ fn run(argv: &[String]) -> Result<(), BenchError> {
     Ok(())
 }
 
-fn run_batch(argv: &[&str], input: &str) -> Result<(), BenchError> {
+/// Runs `argv` with `input` on its standard input (an `ip -batch` or
+/// `tc -batch` list); its error output becomes the error.
+pub(crate) fn run_batch(argv: &[&str], input: &str) -> Result<(), BenchError> {
     use std::io::Write;
     let mut child = Command::new(argv[0])
         .args(&argv[1..])

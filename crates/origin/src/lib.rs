@@ -26,7 +26,9 @@
 //! objects answered by the hit lane, before hyper), `store` (the byte
 //! budget, S3-FIFO admission via quick_cache), `body` (response bodies),
 //! `leaves` (each version's hash tree, learnt as its blocks pass),
-//! `integrity` (the origin's whole-object digests), `metrics`.
+//! `integrity` (the origin's whole-object digests), `peers` (the tier as
+//! a member of a cluster: groups fetched from their owners, probes;
+//! docs/cluster.md), `metrics`.
 //!
 //! The tier never calls into the server: [`OriginTier::handle`] returns an
 //! [`Answer`], a response, or a version to stream natively.

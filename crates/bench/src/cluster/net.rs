@@ -10,7 +10,7 @@
 //! made when dropped (namespaces left by a killed run are removed by the
 //! next one).
 
-use crate::{BenchError, io_err};
+use crate::{BenchError, netem::run_batch};
 use std::{
     net::Ipv4Addr,
     process::{Command, Stdio},
@@ -170,26 +170,6 @@ fn remove_stale() {
             }
         }
     }
-}
-
-fn run_batch(argv: &[&str], input: &str) -> Result<(), BenchError> {
-    use std::io::Write;
-    let mut child = Command::new(argv[0])
-        .args(&argv[1..])
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(io_err(format!("starting {}", argv[0])))?;
-    child.stdin.take().expect("piped").write_all(input.as_bytes()).map_err(io_err("writing a batch"))?;
-    let out = child.wait_with_output().map_err(io_err(format!("running {}", argv[0])))?;
-    if !out.status.success() {
-        return Err(BenchError::Setup(format!(
-            "{} failed: {}\n{input}",
-            argv.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(())
 }
 
 #[cfg(test)]
