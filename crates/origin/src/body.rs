@@ -5,7 +5,15 @@
 //! client with Content-Length sees a short body, never a wrong one. Also the
 //! bodies of relayed (unstored) responses.
 
-use super::{BlockRef, OriginTier, fetch::BlockFetch, metrics, object::Object, peers::Upstream, source::OriginBody};
+use super::{
+    BlockRef, OriginTier,
+    fetch::BlockFetch,
+    metrics,
+    object::Object,
+    peer_first::{self, Sending},
+    peers::Upstream,
+    source::OriginBody,
+};
 
 use bytes::Bytes;
 use circus_http::{BodyError, ResBody};
@@ -41,6 +49,9 @@ struct Cursor {
     /// Blocks that may still be asked again after a failed fetch (in a
     /// cluster: the member that failed is out, the next one is asked).
     retries: u32,
+    /// A member's body: held while it has bytes to send, so that this
+    /// node's clients wait (`peer_first`).
+    sending: Option<Sending>,
 }
 
 /// Fetches a body of a cluster's tier asks again after one failed.
@@ -49,18 +60,36 @@ const CLUSTER_RETRIES: u32 = 2;
 impl Cursor {
     /// The part of `[at, at + data.len())` still to send.
     fn clip(&mut self, at: u64, data: &Bytes) -> Option<Bytes> {
+        self.clip_at_most(at, data, usize::MAX)
+    }
+
+    /// As `clip`, at most `most` bytes of it.
+    fn clip_at_most(&mut self, at: u64, data: &Bytes, most: usize) -> Option<Bytes> {
         let stop = at + data.len() as u64;
         if stop <= self.pos || self.pos > self.end {
             return None;
         }
         let from = (self.pos - at) as usize;
-        let to = (stop.min(self.end + 1) - at) as usize;
+        let to = ((stop.min(self.end + 1) - at) as usize).min(from.saturating_add(most));
         self.pos = at + to as u64;
         Some(data.slice(from..to))
     }
 
     async fn next(&mut self) -> Option<Result<Bytes, BodyError>> {
+        let first = self.tier.peer_first.clone();
+        if let (Some(first), Upstream::Owner) = (&first, self.upstream) {
+            first.wait_turn(peer_first::MAX_WAIT).await;
+        }
         let item = self.next_chunk().await;
+        match (&item, &first, self.upstream) {
+            // A member's body has bytes for hyper to send.
+            (Some(Ok(_)), Some(first), Upstream::Origin) => match &self.sending {
+                Some(sending) => sending.progressed(),
+                None => self.sending = Some(first.sending()),
+            },
+            (Some(Ok(_)), ..) => {}
+            _ => self.sending = None,
+        }
         if let Some(Ok(bytes)) = &item {
             self.tier.metrics.served(metrics::class(self.obj.size, self.tier.block_size), bytes.len() as u64);
         }
@@ -76,7 +105,20 @@ impl Cursor {
     async fn next_chunk(&mut self) -> Option<Result<Bytes, BodyError>> {
         loop {
             if let Some(p) = self.pending.as_mut() {
-                match p.fetch.chunk(p.idx, &mut p.rx).await {
+                let chunk = {
+                    let arriving = p.fetch.chunk(p.idx, &mut p.rx);
+                    tokio::pin!(arriving);
+                    match futures_util::poll!(arriving.as_mut()) {
+                        Poll::Ready(chunk) => chunk,
+                        Poll::Pending => {
+                            // A member's body waiting on the origin holds
+                            // no client up.
+                            self.sending = None;
+                            arriving.await
+                        }
+                    }
+                };
+                match chunk {
                     Ok(Some(chunk)) => {
                         let at = p.at;
                         p.idx += 1;
@@ -114,7 +156,13 @@ impl Cursor {
             };
             match self.tier.block(&self.obj, b, readahead, self.upstream) {
                 BlockRef::Ready(bytes) => {
-                    if let Some(out) = self.clip(at, &bytes) {
+                    // A client's body in a cluster goes a slice at a time,
+                    // so that members' bodies wait behind little of it.
+                    let most = match (&self.tier.peer_first, self.upstream) {
+                        (Some(_), Upstream::Owner) => peer_first::CLIENT_SLICE,
+                        _ => usize::MAX,
+                    };
+                    if let Some(out) = self.clip_at_most(at, &bytes, most) {
                         return Some(Ok(out));
                     }
                     // A resident block of the wrong length would loop here.
@@ -136,7 +184,7 @@ pub(crate) fn range(tier: Arc<OriginTier>, obj: Arc<Object>, start: u64, end: u6
     // ETag (sent as If-Match) or a digest to hold it to.
     let strong = obj.etag.as_deref().is_some_and(|e| !e.starts_with("W/")) || obj.integrity.is_some();
     let retries = if tier.peers.is_some() && strong { CLUSTER_RETRIES } else { 0 };
-    let cursor = Cursor { tier, obj, pos: start, end, pending: None, verify, upstream, retries };
+    let cursor = Cursor { tier, obj, pos: start, end, pending: None, verify, upstream, retries, sending: None };
     let stream = futures_util::stream::unfold(cursor, |mut c| async move {
         let item = c.next().await?;
         Some((item.map(Frame::data), c))

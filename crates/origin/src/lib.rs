@@ -52,6 +52,7 @@ mod integrity;
 mod leaves;
 mod metrics;
 mod object;
+mod peer_first;
 mod peers;
 mod respond;
 pub mod rfc9111;
@@ -227,6 +228,8 @@ pub struct OriginTier {
     client: Source,
     /// The other members of the cluster, when there is one.
     peers: Option<Arc<peers::Peers>>,
+    /// In a cluster: members' bodies go before this node's clients'.
+    peer_first: Option<Arc<peer_first::PeerFirst>>,
     store: Store,
     /// Blocks being fetched; an entry is removed after its bytes are in
     /// the store (or it failed), so a reader always finds one or the other.
@@ -273,6 +276,7 @@ impl OriginTier {
         };
         Ok(OriginTier {
             client: Source::new(&cfg.source, cfg.timeout, cfg.ca_file.as_deref())?,
+            peer_first: peers.as_ref().map(|_| Arc::default()),
             peers,
             store: Store::new(stored, 16 * 1024, u64::from(cfg.block_size)),
             origin_pool: FetchPool::new(cfg.max_fetches, fetching - to_peers),

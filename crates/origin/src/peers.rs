@@ -18,10 +18,10 @@
 //! fetches that answer peers never wait for room those fetches hold.
 //!
 //! Members are probed every `probe_interval` at [`PROBE_PATH`] (204 from a
-//! live tier); a member that fails a probe, cannot be connected to, or
-//! breaks off a body is out of the placement at once, so its groups go to
-//! the next members of their rankings, and back when it answers a probe
-//! again. A member that answers 5xx is up: what failed is behind it, and
+//! live tier); a member that cannot be connected to, answers a probe with
+//! anything else, leaves three probes in a row unanswered, or breaks off a
+//! body is out of the placement, so its groups go to the next members of
+//! their rankings, and back when it answers a probe again. A member that answers 5xx is up: what failed is behind it, and
 //! the asker goes to the origin for that fetch.
 
 use crate::{OriginTier, SetupError, client::OriginClient, source::OriginResponse};
@@ -52,6 +52,37 @@ const MAX_GROUPS: u64 = 16_384;
 
 /// Shortest time between two probes, and the shortest a probe may take.
 const MIN_PROBE: Duration = Duration::from_millis(50);
+
+/// Probes in a row a member may leave unanswered and stay in the
+/// placement. A node whose link its clients fill answers late now and
+/// then (measured: probes of busy members timed out mid-crowd, and each
+/// time the placement moved groups away and back); one that refuses the
+/// connection, or answers as no live tier does, is out at once.
+const SLOW_PROBES_TO_FALL: u32 = 3;
+
+/// What a probe found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Probe {
+    /// 204 from a live tier.
+    Up,
+    /// No answer within the interval.
+    Slow,
+    /// The connection failed, or the answer was not a live tier's.
+    Refused,
+}
+
+impl Probe {
+    /// Whether the member stays (or comes back) in the placement, given
+    /// `slow`, the probes in a row it left unanswered before this one.
+    fn keeps_live(self, slow: &mut u32) -> bool {
+        *slow = if self == Probe::Slow { *slow + 1 } else { 0 };
+        match self {
+            Probe::Up => true,
+            Probe::Slow => *slow < SLOW_PROBES_TO_FALL,
+            Probe::Refused => false,
+        }
+    }
+}
 
 /// A node's view of its cluster.
 #[derive(Debug, Clone)]
@@ -210,6 +241,8 @@ impl Peers {
     pub(crate) fn spawn_probes(peers: &Arc<Peers>) {
         let weak: Weak<Peers> = Arc::downgrade(peers);
         tokio::spawn(async move {
+            // Probes in a row each member left unanswered.
+            let mut slow = vec![0u32; weak.upgrade().map_or(0, |p| p.urls.len())];
             let mut tick = tokio::time::interval(peers_interval(&weak));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -219,7 +252,8 @@ impl Peers {
                     let peers = &peers;
                     async move { (m, peers.probe(m).await) }
                 });
-                for (m, up) in futures_util::future::join_all(probes).await {
+                for (m, probe) in futures_util::future::join_all(probes).await {
+                    let up = probe.keeps_live(&mut slow[m.0 as usize]);
                     if peers.set_live(m, up) {
                         if up {
                             tracing::info!(peer = peers.url(m), "peer answers again: back in the placement");
@@ -232,13 +266,17 @@ impl Peers {
         });
     }
 
-    /// Whether `m` answers its probe with a 204 within the interval.
-    async fn probe(&self, m: MemberId) -> bool {
+    /// How `m` answers its probe within the interval.
+    async fn probe(&self, m: MemberId) -> Probe {
         let mut h = HeaderMap::new();
         h.insert(PEER_HEADER, HeaderValue::from_static("probe"));
         let ask = self.client(m).head(PROBE_PATH, &h);
         let wait = self.probe_interval.max(MIN_PROBE);
-        matches!(tokio::time::timeout(wait, ask).await, Ok(Ok(res)) if res.status() == StatusCode::NO_CONTENT)
+        match tokio::time::timeout(wait, ask).await {
+            Ok(Ok(res)) if res.status() == StatusCode::NO_CONTENT => Probe::Up,
+            Ok(_) => Probe::Refused,
+            Err(_) => Probe::Slow,
+        }
     }
 }
 
@@ -299,6 +337,17 @@ mod tests {
         let members = (1..=5).map(|i| format!("http://10.0.0.{i}:8080").parse().unwrap()).collect();
         let cfg = PeerConfig { members, me, group_bytes: 1 << 20, probe_interval: Duration::from_secs(1) };
         Peers::new(&cfg, Duration::from_secs(1), 256 << 10).unwrap()
+    }
+
+    #[test]
+    fn a_busy_member_stays_in_until_three_probes_in_a_row_go_unanswered() {
+        let mut slow = 0;
+        let seen: Vec<bool> = [Probe::Slow, Probe::Slow, Probe::Up, Probe::Slow, Probe::Slow, Probe::Slow, Probe::Up]
+            .into_iter()
+            .map(|p| p.keeps_live(&mut slow))
+            .collect();
+        assert_eq!(seen, [true, true, true, true, true, false, true]);
+        assert!(!Probe::Refused.keeps_live(&mut 0), "a refused connection is out at once");
     }
 
     #[test]

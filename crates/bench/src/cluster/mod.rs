@@ -21,7 +21,8 @@
 //! the object and the run are scaled down (100 Mbit/s, `--file-size`,
 //! default 16 MiB) and the targets, which are ratios, kept. The nodes use
 //! the machine's TCP congestion control unless `CIRCUS_BENCH_CC` names
-//! another (reno, say).
+//! another (reno, say); `CIRCUS_BENCH_CLUSTER_RUNS=1,2` runs only the runs
+//! it numbers.
 
 mod crowd;
 pub mod net;
@@ -114,9 +115,16 @@ pub async fn run(opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Res
             Run { system: System::NginxSlice, nodes: NODES, clients: opts.clients, kill_at: None },
         ),
     ];
+    // CIRCUS_BENCH_CLUSTER_RUNS=1,2 runs only those (numbered as above).
+    let chosen: Option<Vec<usize>> = std::env::var("CIRCUS_BENCH_CLUSTER_RUNS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect());
     let mut rows = Vec::new();
     let mut one_node = 0.0;
     for (i, (name, r)) in runs.iter().enumerate() {
+        if chosen.as_ref().is_some_and(|c| !c.contains(&(i + 1))) {
+            continue;
+        }
         log(&format!("{name}: {} clients, {} bytes each", r.clients, opts.file_size));
         let m = run_one(&ctx, i + 1, r, log).await?;
         let row = row(name, r, &m, opts.file_size, one_node);
@@ -170,7 +178,8 @@ fn summary(row: &Row) -> String {
 
 /// The figures against the targets, in words.
 fn verdict(rows: &[Row]) -> String {
-    let get = |i: usize, f: &str| rows.get(i).and_then(|r| r.get(f)).unwrap_or(f64::NAN);
+    let names = ["circus, 1 node", "circus, 4 nodes", "circus, 4 nodes, 1 killed", "nginx slice, 4 nodes"];
+    let get = |i: usize, f: &str| rows.iter().find(|r| r.server == names[i]).and_then(|r| r.get(f)).unwrap_or(f64::NAN);
     let all_verified = |i: usize| get(i, "verified") == get(i, "clients");
     format!(
         "4 nodes: origin {:.3} x the object (target <= 1.05), {:.2} x one node's throughput (>= 3.6), \
