@@ -231,6 +231,98 @@ fn a_node_killed_mid_crowd_costs_at_most_its_share_again() {
     }
 }
 
+/// Members from DNS: every node runs in a mount namespace of its own whose
+/// /etc/hosts is a file the test writes (the resolver reads it on every
+/// lookup), naming two of three nodes first, then all three. The third
+/// node joins the placement of every member within a few lookups, and the
+/// crowd then costs the origin one copy with all three owning groups.
+#[test]
+fn members_from_a_dns_name_follow_its_addresses() {
+    let uid = std::process::Command::new("id").arg("-u").output().expect("id -u");
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        eprintln!(
+            "SKIPPED members_from_a_dns_name_follow_its_addresses: needs root (mount namespaces); CI runs as root"
+        );
+        return;
+    }
+    let obj = Arc::new(data(12 << 20));
+    let origin = start_origin(obj.clone(), Duration::ZERO);
+    let ips = ["127.0.0.11", "127.0.0.12", "127.0.0.13"];
+    let port = (0..50)
+        .find_map(|_| {
+            let port = TcpListener::bind((ips[0], 0)).ok()?.local_addr().ok()?.port();
+            ips[1..].iter().all(|ip| TcpListener::bind((*ip, port)).is_ok()).then_some(port)
+        })
+        .expect("a port free on all three addresses");
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = dir.path().join("hosts");
+    let listing = |n: usize| -> String {
+        let mut text = "127.0.0.1 localhost\n".to_owned();
+        for ip in &ips[..n] {
+            text += &format!("{ip} members.circus.test\n");
+        }
+        text
+    };
+    std::fs::write(&hosts, listing(2)).unwrap();
+    let hosts_env = hosts.to_str().unwrap().to_owned();
+    let wrapper = ["unshare", "-m", "sh", "-c", "mount --bind \"$CIRCUS_TEST_HOSTS\" /etc/hosts && exec \"$@\"", "sh"];
+    let (origin_url, dns) = (format!("http://{}/", origin.addr), format!("members.circus.test:{port}"));
+    let nodes: Vec<common::ServerProc> = ips
+        .iter()
+        .map(|ip| {
+            let me = format!("http://{ip}:{port}");
+            let args = [
+                "--origin",
+                &origin_url,
+                "--peers-dns",
+                &dns,
+                "--peer-self",
+                &me,
+                "--peer-resolve",
+                "200ms",
+                "--peer-probe",
+                "200ms",
+                "--origin-block",
+                "256KiB",
+                "--peer-group",
+                "1MiB",
+                "--cache",
+                "64MiB",
+            ];
+            common::serve_via(&wrapper, &format!("{ip}:{port}"), &args, &[("CIRCUS_TEST_HOSTS", &hosts_env)])
+        })
+        .collect();
+    let live_everywhere = |n: f64| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for node in &nodes {
+            while common::metric(&node.admin, "circus_peers_live") != n {
+                assert!(Instant::now() < deadline, "{} does not see {n} members live", node.addr);
+                thread::sleep(Duration::from_millis(50));
+            }
+        }
+    };
+    live_everywhere(2.0);
+    std::fs::write(&hosts, listing(3)).unwrap();
+    live_everywhere(3.0);
+    let addrs: Vec<String> = nodes.iter().map(|n| n.addr.clone()).collect();
+    let clients: Vec<_> = (0..9)
+        .map(|i| {
+            let order: Vec<String> = addrs.iter().cycle().skip(i % 3).take(3).cloned().collect();
+            thread::spawn(move || download(&order))
+        })
+        .collect();
+    for c in clients {
+        let (body, resumes) = c.join().unwrap();
+        assert!(body == *obj, "a client got other bytes ({} of {})", body.len(), obj.len());
+        assert_eq!(resumes, 0, "no node failed, yet a download was cut");
+    }
+    let sent = origin.sent.load(Ordering::SeqCst);
+    assert_eq!(sent, obj.len() as u64, "the origin sent {sent} bytes for an object of {}", obj.len());
+    for n in &nodes {
+        assert!(common::metric(&n.admin, "circus_origin_fetched_bytes_total") > 0.0, "{} owns nothing", n.addr);
+    }
+}
+
 /// HAProxy running dist/haproxy.cfg unchanged in front of four nodes,
 /// killed when dropped.
 struct Front {

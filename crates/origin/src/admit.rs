@@ -12,7 +12,6 @@ use crate::{
     source::{OriginBody, OriginResponse},
 };
 use bytes::Bytes;
-use circus_cluster::MemberId;
 use circus_store::ReadError;
 use futures_util::StreamExt;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -158,7 +157,7 @@ impl OriginTier {
         target: &str,
         fh: HeaderMap,
         cache_control: Option<&HeaderValue>,
-    ) -> Result<(OriginResponse, Option<MemberId>), ReadError> {
+    ) -> Result<(OriginResponse, Option<Arc<str>>), ReadError> {
         let mut to_peer = fh.clone();
         if let Some(cc) = cache_control {
             to_peer.insert(header::CACHE_CONTROL, cc.clone());

@@ -13,7 +13,6 @@ use crate::{
     source::OriginResponse,
 };
 use bytes::Bytes;
-use circus_cluster::MemberId;
 use circus_store::{BlockSource, FileIndex, ReadError, ReadFuture};
 use futures_util::StreamExt;
 use http::{HeaderName, StatusCode, header};
@@ -163,7 +162,7 @@ impl OriginTier {
         obj: Arc<Object>,
         first: u32,
         fetches: Vec<Arc<BlockFetch>>,
-        res: Option<(OriginResponse, Option<MemberId>)>,
+        res: Option<(OriginResponse, Option<Arc<str>>)>,
         upstream: Upstream,
     ) {
         let tier = self.clone();
@@ -195,7 +194,7 @@ impl OriginTier {
         &self,
         obj: &Object,
         done: &mut Done,
-        res: Option<(OriginResponse, Option<MemberId>)>,
+        res: Option<(OriginResponse, Option<Arc<str>>)>,
         upstream: Upstream,
     ) -> Result<(), ReadError> {
         let layout = obj.layout;
@@ -220,10 +219,10 @@ impl OriginTier {
         // A peer that stops sending is out of the placement at once, so the
         // block is asked of the next member when a reader comes back for it.
         let peer_failed = |e: ReadError| {
-            if let (Some(m), Some(peers)) = (peer, &self.peers)
+            if let (Some(m), Some(peers)) = (&peer, &self.peers)
                 && peers.set_live(m, false)
             {
-                tracing::warn!(peer = peers.url(m), error = %e, "peer failed mid-body: out of the placement");
+                tracing::warn!(peer = &**m, error = %e, "peer failed mid-body: out of the placement");
             }
             e
         };
@@ -274,7 +273,7 @@ impl OriginTier {
         start: u64,
         end: u64,
         upstream: Upstream,
-    ) -> Result<(OriginResponse, Option<MemberId>), ReadError> {
+    ) -> Result<(OriginResponse, Option<Arc<str>>), ReadError> {
         let headers = obj.fetch_headers(start, end);
         if upstream == Upstream::Owner {
             let owner = |p: &Peers| p.owner(&obj.target, obj.version, obj.size, start);

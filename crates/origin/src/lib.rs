@@ -64,7 +64,7 @@ mod tls;
 
 pub use blocks::OriginBlocks;
 pub use error::SetupError;
-pub use peers::{PEER_HEADER, PROBE_PATH, PeerConfig};
+pub use peers::{DnsMembers, MemberSource, PEER_HEADER, PROBE_PATH, PeerConfig};
 pub use source::{OriginSource, S3Config};
 
 use bytes::Bytes;

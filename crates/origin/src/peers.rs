@@ -27,9 +27,11 @@
 use crate::{OriginTier, SetupError, client::OriginClient, source::OriginResponse};
 use circus_cluster::{MemberId, Membership, ObjectKey, ObjectPlacement, PlacementConfig};
 use circus_store::ReadError;
+use futures_util::future::BoxFuture;
 use http::{HeaderMap, HeaderValue, StatusCode, Uri};
 use rustc_hash::FxHashMap;
 use std::{
+    collections::HashMap,
     sync::{Arc, Mutex, RwLock, Weak},
     time::Duration,
 };
@@ -88,14 +90,60 @@ impl Probe {
 #[derive(Debug, Clone)]
 pub struct PeerConfig {
     /// Every member's base URL (`http://host:port`), the same list on
-    /// every node; members are named by these strings.
+    /// every node; members are named by these strings. With `refresh`,
+    /// the list at start, looked up again from then on.
     pub members: Vec<Uri>,
-    /// This node's place in `members`.
-    pub me: usize,
+    /// This node's base URL: one of `members` for a fixed list; with
+    /// `refresh`, the address the others will find it at (until it is in
+    /// the list, the node owns nothing and asks the members).
+    pub me: Uri,
+    /// Where the member list is looked up again, and how often (a DNS
+    /// name's addresses); `None`: the list is fixed.
+    pub refresh: Option<(Arc<dyn MemberSource>, Duration)>,
     /// Bytes per group: a multiple of the tier's block size.
     pub group_bytes: u64,
     /// Time between two probes of a member; a probe waits as long.
     pub probe_interval: Duration,
+}
+
+/// Where a cluster's member list comes from when it changes: the members'
+/// base URLs now.
+pub trait MemberSource: Send + Sync + std::fmt::Debug {
+    fn members(&self) -> BoxFuture<'_, std::io::Result<Vec<Uri>>>;
+}
+
+/// Every address a DNS name has, on one port: a member `http://ADDR:PORT`
+/// each (a headless service, a round-robin name), sorted.
+#[derive(Debug, Clone)]
+pub struct DnsMembers {
+    pub name: String,
+    pub port: u16,
+}
+
+impl DnsMembers {
+    /// The members now, resolved on this thread (for a node's start).
+    pub fn resolve_blocking(&self) -> std::io::Result<Vec<Uri>> {
+        use std::net::ToSocketAddrs;
+        dns_members((self.name.as_str(), self.port).to_socket_addrs()?)
+    }
+}
+
+impl MemberSource for DnsMembers {
+    fn members(&self) -> BoxFuture<'_, std::io::Result<Vec<Uri>>> {
+        Box::pin(async move { dns_members(tokio::net::lookup_host((self.name.as_str(), self.port)).await?) })
+    }
+}
+
+fn dns_members(addrs: impl Iterator<Item = std::net::SocketAddr>) -> std::io::Result<Vec<Uri>> {
+    let mut addrs: Vec<std::net::SocketAddr> = addrs.collect();
+    addrs.sort();
+    addrs.dedup();
+    addrs
+        .into_iter()
+        .map(|a| {
+            format!("http://{a}").parse::<Uri>().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+        })
+        .collect()
 }
 
 /// Where a fetch goes.
@@ -115,46 +163,109 @@ impl Upstream {
     }
 }
 
+/// A member as a request to it needs it: its name (base URL) and client.
+#[derive(Debug, Clone)]
+pub(crate) struct Member {
+    pub(crate) url: Arc<str>,
+    pub(crate) client: OriginClient,
+}
+
+/// The member list as this node sees it now.
 #[derive(Debug)]
-struct Live {
+struct View {
+    urls: Vec<Arc<str>>,
+    clients: Vec<OriginClient>,
     members: Membership,
-    /// Bumped whenever a member goes down or comes back.
+    /// This node's place in the list, if it is in it.
+    me: Option<MemberId>,
+    /// Bumped whenever the list changes or a member goes down or comes
+    /// back.
     epoch: u64,
+}
+
+impl View {
+    fn member(&self, m: MemberId) -> Member {
+        Member { url: self.urls[m.0 as usize].clone(), client: self.clients[m.0 as usize].clone() }
+    }
+
+    fn find(&self, url: &str) -> Option<MemberId> {
+        self.urls.iter().position(|u| &**u == url).map(|i| MemberId(i as u32))
+    }
 }
 
 #[derive(Debug)]
 pub(crate) struct Peers {
-    me: MemberId,
-    urls: Vec<String>,
-    clients: Vec<OriginClient>,
-    live: RwLock<Live>,
+    me: Arc<str>,
+    view: RwLock<View>,
     placement: PlacementConfig,
     /// Per version: the epoch its placement was computed at, and it.
     placements: Mutex<FxHashMap<u64, (u64, Arc<ObjectPlacement>)>>,
     probe_interval: Duration,
+    /// For clients of members that join.
+    timeout: Duration,
+    refresh: Option<(Arc<dyn MemberSource>, Duration)>,
+}
+
+/// A member's name: its base URL without the trailing slash.
+fn member_name(u: &Uri) -> Arc<str> {
+    u.to_string().trim_end_matches('/').into()
 }
 
 impl Peers {
     /// Clients for every member; `timeout` bounds their connects and heads.
     pub(crate) fn new(cfg: &PeerConfig, timeout: Duration, block_size: u32) -> Result<Self, SetupError> {
-        if cfg.me >= cfg.members.len() {
-            return Err(SetupError::NotAMember(format!("#{}", cfg.me + 1)));
+        let me = member_name(&cfg.me);
+        if cfg.refresh.is_none() && !cfg.members.iter().any(|u| member_name(u) == me) {
+            return Err(SetupError::NotAMember(me.to_string()));
         }
         if cfg.group_bytes == 0 || !cfg.group_bytes.is_multiple_of(u64::from(block_size)) {
             return Err(SetupError::PeerGroup { group: cfg.group_bytes, block: block_size });
         }
-        let urls: Vec<String> = cfg.members.iter().map(|u| u.to_string().trim_end_matches('/').to_owned()).collect();
-        let clients = cfg.members.iter().map(|u| OriginClient::new(u, timeout, None)).collect::<Result<_, _>>()?;
         let placement = PlacementConfig { group_bytes: cfg.group_bytes, ..PlacementConfig::default() };
-        Ok(Peers {
-            me: MemberId(cfg.me as u32),
-            live: RwLock::new(Live { members: Membership::new(&urls), epoch: 0 }),
-            urls,
-            clients,
+        let peers = Peers {
+            view: RwLock::new(View {
+                urls: Vec::new(),
+                clients: Vec::new(),
+                members: Membership::new::<&str>(&[]),
+                me: None,
+                epoch: 0,
+            }),
+            me,
             placement,
             placements: Mutex::default(),
             probe_interval: cfg.probe_interval,
-        })
+            timeout,
+            refresh: cfg.refresh.clone(),
+        };
+        peers.replace(&cfg.members)?;
+        Ok(peers)
+    }
+
+    /// Makes `members` the member list; says whether it changed. Members
+    /// that stay keep their client (and its connections) and whether they
+    /// are live; new ones start live, until a probe says otherwise.
+    fn replace(&self, members: &[Uri]) -> Result<bool, SetupError> {
+        let mut urls: Vec<Arc<str>> = members.iter().map(member_name).collect();
+        urls.sort();
+        urls.dedup();
+        let mut view = self.view.write().expect("peers lock");
+        if urls == view.urls {
+            return Ok(false);
+        }
+        let mut clients = Vec::with_capacity(urls.len());
+        let mut members = Membership::new(&urls);
+        for (i, url) in urls.iter().enumerate() {
+            match view.find(url) {
+                Some(old) => {
+                    clients.push(view.clients[old.0 as usize].clone());
+                    members.set_live(MemberId(i as u32), view.members.is_live(old));
+                }
+                None => clients.push(OriginClient::new(&url.parse().expect("a member's URL"), self.timeout, None)?),
+            }
+        }
+        let me = urls.iter().position(|u| *u == self.me).map(|i| MemberId(i as u32));
+        *view = View { urls, clients, members, me, epoch: view.epoch + 1 };
+        Ok(true)
     }
 
     /// Bytes per group of an object of `size` bytes: the configured size,
@@ -172,105 +283,140 @@ impl Peers {
 
     /// Members in the list, live or not.
     pub(crate) fn len(&self) -> usize {
-        self.urls.len()
-    }
-
-    pub(crate) fn url(&self, m: MemberId) -> &str {
-        &self.urls[m.0 as usize]
-    }
-
-    pub(crate) fn client(&self, m: MemberId) -> &OriginClient {
-        &self.clients[m.0 as usize]
+        self.view.read().expect("peers lock").urls.len()
     }
 
     /// The member to ask for `target`'s first answer: the owner of its
     /// first group (always the first of that group's ranking, as groups
     /// are placed in order), `None` when that is this node.
-    pub(crate) fn first_owner(&self, target: &str) -> Option<MemberId> {
-        let live = self.live.read().expect("peers lock");
-        let owner = *live.members.ranking(ObjectKey::of(target), 0).first()?;
-        (owner != self.me).then_some(owner)
+    pub(crate) fn first_owner(&self, target: &str) -> Option<Member> {
+        let view = self.view.read().expect("peers lock");
+        let owner = *view.members.ranking(ObjectKey::of(target), 0).first()?;
+        (Some(owner) != view.me).then(|| view.member(owner))
     }
 
     /// The member to ask for the group holding byte `offset` of version
     /// `version` of `target` (`size` bytes), `None` when this node owns it.
-    pub(crate) fn owner(&self, target: &str, version: u64, size: u64, offset: u64) -> Option<MemberId> {
+    pub(crate) fn owner(&self, target: &str, version: u64, size: u64, offset: u64) -> Option<Member> {
+        let view = self.view.read().expect("peers lock");
         let table = {
-            let live = self.live.read().expect("peers lock");
             let mut placements = self.placements.lock().expect("placements lock");
             match placements.get(&version) {
-                Some((epoch, table)) if *epoch == live.epoch => table.clone(),
+                Some((epoch, table)) if *epoch == view.epoch => table.clone(),
                 _ => {
                     let groups = size.div_ceil(self.group_bytes(size));
                     let table =
-                        Arc::new(ObjectPlacement::new(&live.members, ObjectKey::of(target), groups, &self.placement)?);
+                        Arc::new(ObjectPlacement::new(&view.members, ObjectKey::of(target), groups, &self.placement)?);
                     let kept: u64 = placements.values().map(|(_, t)| t.groups()).sum();
                     if kept + groups > PLACEMENT_GROUPS_KEPT {
                         placements.clear();
                     }
-                    placements.insert(version, (live.epoch, table.clone()));
+                    placements.insert(version, (view.epoch, table.clone()));
                     table
                 }
             }
         };
         let owner = table.owner((offset / self.group_bytes(size)).min(table.groups().saturating_sub(1)));
-        (owner != self.me).then_some(owner)
+        (Some(owner) != view.me).then(|| view.member(owner))
     }
 
-    /// Marks `m` live or not; says whether that changed anything.
-    pub(crate) fn set_live(&self, m: MemberId, up: bool) -> bool {
-        if m == self.me {
+    /// Marks the member named `url` live or not; says whether that changed
+    /// anything (not for this node, nor a member no longer in the list).
+    pub(crate) fn set_live(&self, url: &str, up: bool) -> bool {
+        let mut view = self.view.write().expect("peers lock");
+        let Some(m) = view.find(url).filter(|&m| Some(m) != view.me) else { return false };
+        if view.members.is_live(m) == up {
             return false;
         }
-        let mut live = self.live.write().expect("peers lock");
-        if live.members.is_live(m) == up {
-            return false;
-        }
-        live.members.set_live(m, up);
-        live.epoch += 1;
+        view.members.set_live(m, up);
+        view.epoch += 1;
         true
     }
 
-    /// Members live in this node's view, itself included.
+    /// Members live in this node's view (itself included when listed).
     pub(crate) fn live_count(&self) -> usize {
-        self.live.read().expect("peers lock").members.live_count()
+        self.view.read().expect("peers lock").members.live_count()
     }
 
-    /// Probes every other member now and then, for as long as the tier
+    /// The other members, for probes.
+    fn others(&self) -> Vec<Member> {
+        let view = self.view.read().expect("peers lock");
+        (0..view.urls.len() as u32).map(MemberId).filter(|&m| Some(m) != view.me).map(|m| view.member(m)).collect()
+    }
+
+    /// Probes every other member now and then, and looks the member list
+    /// up again when it comes from a source, for as long as the tier
     /// holding `peers` lives.
     pub(crate) fn spawn_probes(peers: &Arc<Peers>) {
         let weak: Weak<Peers> = Arc::downgrade(peers);
         tokio::spawn(async move {
             // Probes in a row each member left unanswered.
-            let mut slow = vec![0u32; weak.upgrade().map_or(0, |p| p.urls.len())];
+            let mut slow: HashMap<Arc<str>, u32> = HashMap::new();
             let mut tick = tokio::time::interval(peers_interval(&weak));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
                 let Some(peers) = weak.upgrade() else { return };
-                let probes = (0..peers.urls.len() as u32).map(MemberId).filter(|&m| m != peers.me).map(|m| {
+                let others = peers.others();
+                slow.retain(|url, _| others.iter().any(|m| m.url == *url));
+                let probes = others.into_iter().map(|m| {
                     let peers = &peers;
-                    async move { (m, peers.probe(m).await) }
+                    async move { (peers.probe(&m.client).await, m.url) }
                 });
-                for (m, probe) in futures_util::future::join_all(probes).await {
-                    let up = probe.keeps_live(&mut slow[m.0 as usize]);
-                    if peers.set_live(m, up) {
+                for (probe, url) in futures_util::future::join_all(probes).await {
+                    let up = probe.keeps_live(slow.entry(url.clone()).or_default());
+                    if peers.set_live(&url, up) {
                         if up {
-                            tracing::info!(peer = peers.url(m), "peer answers again: back in the placement");
+                            tracing::info!(peer = &*url, "peer answers again: back in the placement");
                         } else {
-                            tracing::warn!(peer = peers.url(m), "peer does not answer its probe: out of the placement");
+                            tracing::warn!(
+                                peer = &*url,
+                                ?probe,
+                                "peer does not answer its probe: out of the placement"
+                            );
                         }
                     }
                 }
             }
         });
+        if let Some((source, every)) = peers.refresh.clone() {
+            let weak: Weak<Peers> = Arc::downgrade(peers);
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(every.max(MIN_PROBE));
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    let found = source.members().await;
+                    let Some(peers) = weak.upgrade() else { return };
+                    peers.refreshed(found);
+                }
+            });
+        }
     }
 
-    /// How `m` answers its probe within the interval.
-    async fn probe(&self, m: MemberId) -> Probe {
+    /// Takes a lookup of the member list: a new list replaces the old; a
+    /// failed or empty lookup keeps it (a resolver's outage must not empty
+    /// the cluster).
+    fn refreshed(&self, found: std::io::Result<Vec<Uri>>) {
+        match found {
+            Ok(members) if !members.is_empty() => match self.replace(&members) {
+                Ok(true) => {
+                    let names: Vec<String> = members.iter().map(|u| member_name(u).to_string()).collect();
+                    tracing::info!(members = ?names, in_list = self.view.read().expect("peers lock").me.is_some(), "member list changed");
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "member list not taken: keeping the last one"),
+            },
+            Ok(_) => tracing::warn!("member lookup found nobody: keeping the last list"),
+            Err(e) => tracing::warn!(error = %e, "member lookup failed: keeping the last list"),
+        }
+    }
+
+    /// How a member answers its probe within the interval.
+    async fn probe(&self, client: &OriginClient) -> Probe {
         let mut h = HeaderMap::new();
         h.insert(PEER_HEADER, HeaderValue::from_static("probe"));
-        let ask = self.client(m).head(PROBE_PATH, &h);
+        let ask = client.head(PROBE_PATH, &h);
         let wait = self.probe_interval.max(MIN_PROBE);
         match tokio::time::timeout(wait, ask).await {
             Ok(Ok(res)) if res.status() == StatusCode::NO_CONTENT => Probe::Up,
@@ -291,25 +437,25 @@ impl OriginTier {
         &self,
         target: &str,
         mut headers: HeaderMap,
-        owner: impl Fn(&Peers) -> Option<MemberId>,
-    ) -> Result<Option<(OriginResponse, MemberId)>, ReadError> {
+        owner: impl Fn(&Peers) -> Option<Member>,
+    ) -> Result<Option<(OriginResponse, Arc<str>)>, ReadError> {
         let Some(peers) = &self.peers else { return Ok(None) };
         headers.insert(PEER_HEADER, HeaderValue::from_static("1"));
         // Each failure takes a member out: at most one try per member.
         for _ in 0..peers.len() {
             let Some(m) = owner(peers) else { return Ok(None) };
             self.metrics.peer_requests.inc();
-            match peers.client(m).get(target, &headers).await {
+            match m.client.get(target, &headers).await {
                 Ok(res) if res.status().is_server_error() => {
                     self.metrics.peer_errors.inc();
-                    tracing::info!(peer = peers.url(m), status = res.status().as_u16(), %target, "peer failed to fetch: asking the origin");
+                    tracing::info!(peer = &*m.url, status = res.status().as_u16(), %target, "peer failed to fetch: asking the origin");
                     return Ok(None);
                 }
-                Ok(res) => return Ok(Some((OriginResponse::from_http(res)?, m))),
+                Ok(res) => return Ok(Some((OriginResponse::from_http(res)?, m.url))),
                 Err(e) => {
                     self.metrics.peer_errors.inc();
-                    if peers.set_live(m, false) {
-                        tracing::warn!(peer = peers.url(m), error = %e, "peer cannot be reached: out of the placement");
+                    if peers.set_live(&m.url, false) {
+                        tracing::warn!(peer = &*m.url, error = %e, "peer cannot be reached: out of the placement");
                     }
                 }
             }
@@ -333,10 +479,30 @@ pub(crate) fn probe_answer() -> http::Response<circus_http::ResBody> {
 mod tests {
     use super::*;
 
+    /// Member `i` (loopback, a closed port: a probe the test starts goes
+    /// nowhere else).
+    fn url(i: usize) -> String {
+        format!("http://127.0.0.{i}:9")
+    }
+
+    fn config(members: &[usize], me: usize) -> PeerConfig {
+        PeerConfig {
+            members: members.iter().map(|&i| url(i).parse().unwrap()).collect(),
+            me: url(me).parse().unwrap(),
+            refresh: None,
+            group_bytes: 1 << 20,
+            probe_interval: Duration::from_secs(1),
+        }
+    }
+
+    /// Members 1 to 5; this node is `me`.
     fn peers(me: usize) -> Peers {
-        let members = (1..=5).map(|i| format!("http://10.0.0.{i}:8080").parse().unwrap()).collect();
-        let cfg = PeerConfig { members, me, group_bytes: 1 << 20, probe_interval: Duration::from_secs(1) };
-        Peers::new(&cfg, Duration::from_secs(1), 256 << 10).unwrap()
+        Peers::new(&config(&[1, 2, 3, 4, 5], me), Duration::from_secs(1), 256 << 10).unwrap()
+    }
+
+    /// Who owns each of 64 groups of a 64 MiB object (`None`: this node).
+    fn owners(p: &Peers) -> Vec<Option<String>> {
+        (0..64).map(|g| p.owner("/big.iso", 7, 64 << 20, g << 20).map(|m| m.url.to_string())).collect()
     }
 
     #[test]
@@ -352,42 +518,103 @@ mod tests {
 
     #[test]
     fn a_member_out_of_the_placement_owns_nothing_until_it_is_back() {
-        let p = peers(0);
-        let (target, size) = ("/big.iso", 64u64 << 20);
-        let owners =
-            |p: &Peers| -> Vec<Option<MemberId>> { (0..64).map(|g| p.owner(target, 7, size, g << 20)).collect() };
+        let p = peers(1);
         let before = owners(&p);
-        assert!(before.contains(&Some(MemberId(3))) && before.contains(&None), "{before:?}");
-        assert!(p.set_live(MemberId(3), false));
-        assert!(!p.set_live(MemberId(3), false), "already out: no change");
-        let during = owners(&p);
-        assert!(!during.contains(&Some(MemberId(3))));
+        assert!(before.contains(&Some(url(4))) && before.contains(&None), "{before:?}");
+        assert!(p.set_live(&url(4), false));
+        assert!(!p.set_live(&url(4), false), "already out: no change");
+        assert!(!owners(&p).contains(&Some(url(4))));
         assert_eq!(p.live_count(), 4);
-        assert!(p.set_live(MemberId(3), true));
+        assert!(p.set_live(&url(4), true));
         assert_eq!(owners(&p), before, "back in: the same table");
-        assert!(!p.set_live(MemberId(0), false), "a node never takes itself out");
+        assert!(!p.set_live(&url(1), false), "a node never takes itself out");
+        assert!(!p.set_live(&url(9), false), "nor a member not in the list");
     }
 
     #[test]
     fn the_first_answer_comes_from_the_first_of_the_first_groups_ranking() {
         let target = "/layer.tar";
-        let members: Vec<String> = (1..=5).map(|i| format!("http://10.0.0.{i}:8080")).collect();
+        let members: Vec<String> = (1..=5).map(url).collect();
         let top = Membership::new(&members).ranking(ObjectKey::of(target), 0)[0];
-        for me in 0..5 {
+        let top = members[top.0 as usize].clone();
+        for me in 1..=5 {
             let p = peers(me);
-            let expected = (top.0 as usize != me).then_some(top);
-            assert_eq!(p.first_owner(target), expected, "node {me}");
+            let expected = (top != url(me)).then(|| top.clone());
+            assert_eq!(p.first_owner(target).map(|m| m.url.to_string()), expected, "node {me}");
             // And the owner of byte 0 under the load bound is the same one.
-            assert_eq!(p.owner(target, 1, 64 << 20, 0), expected, "node {me}");
+            assert_eq!(p.owner(target, 1, 64 << 20, 0).map(|m| m.url.to_string()), expected, "node {me}");
         }
     }
 
     #[test]
-    fn groups_are_whole_blocks_and_the_node_is_a_member() {
-        let members: Vec<Uri> = vec!["http://a:1".parse().unwrap()];
-        let cfg = PeerConfig { members, me: 0, group_bytes: 1_000_000, probe_interval: Duration::from_secs(1) };
+    fn groups_are_whole_blocks_and_a_fixed_list_names_the_node() {
+        let cfg = PeerConfig { group_bytes: 1_000_000, ..config(&[1], 1) };
         assert!(matches!(Peers::new(&cfg, Duration::from_secs(1), 1 << 20), Err(SetupError::PeerGroup { .. })));
-        let cfg = PeerConfig { me: 1, group_bytes: 1 << 20, ..cfg };
+        let cfg = config(&[1, 2], 3);
         assert!(matches!(Peers::new(&cfg, Duration::from_secs(1), 1 << 20), Err(SetupError::NotAMember(_))));
+    }
+
+    /// A member source that always answers the same list.
+    #[derive(Debug)]
+    struct Fixed(Vec<Uri>);
+
+    impl MemberSource for Fixed {
+        fn members(&self) -> BoxFuture<'_, std::io::Result<Vec<Uri>>> {
+            Box::pin(async move { Ok(self.0.clone()) })
+        }
+    }
+
+    #[test]
+    fn a_looked_up_list_moves_only_the_groups_of_members_that_come_or_go() {
+        let source: Arc<dyn MemberSource> = Arc::new(Fixed(Vec::new()));
+        let cfg = PeerConfig { refresh: Some((source, Duration::from_secs(5))), ..config(&[1, 2, 3, 4], 1) };
+        let p = Peers::new(&cfg, Duration::from_secs(1), 256 << 10).unwrap();
+        let four = owners(&p);
+        assert!(!p.replace(&cfg.members).unwrap(), "the same list, in any order, is no change");
+        let five: Vec<Uri> = (1..=5).map(|i| url(i).parse().unwrap()).collect();
+        assert!(p.replace(&five).unwrap());
+        let with_five = owners(&p);
+        assert!(with_five.contains(&Some(url(5))), "the new member owns groups: {with_five:?}");
+        // Rendezvous: groups move only to the newcomer (the load bound may
+        // shift a few more).
+        let moved_elsewhere = four.iter().zip(&with_five).filter(|(a, b)| a != b && **b != Some(url(5))).count();
+        assert!(moved_elsewhere <= 4, "{moved_elsewhere} groups moved between old members");
+        // A member out stays out when the list is looked up again.
+        assert!(p.set_live(&url(3), false));
+        assert!(p.replace(&five[1..]).unwrap(), "this node is no longer listed");
+        assert!(!p.set_live(&url(3), false), "still out after the change");
+        assert!(owners(&p).iter().all(Option::is_some), "a node not in the list owns nothing");
+    }
+
+    #[test]
+    fn a_failed_or_empty_lookup_keeps_the_list() {
+        let p = peers(1);
+        let before = owners(&p);
+        p.refreshed(Err(std::io::Error::other("resolver down")));
+        p.refreshed(Ok(Vec::new()));
+        assert_eq!(owners(&p), before);
+        assert_eq!(p.len(), 5);
+        p.refreshed(Ok(vec![url(1).parse().unwrap(), url(2).parse().unwrap()]));
+        assert_eq!(p.len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_list_is_looked_up_again_every_interval() {
+        let three: Vec<Uri> = (1..=3).map(|i| url(i).parse().unwrap()).collect();
+        let source: Arc<dyn MemberSource> = Arc::new(Fixed(three));
+        let cfg = PeerConfig { refresh: Some((source, Duration::from_secs(5))), ..config(&[1], 1) };
+        let p = Arc::new(Peers::new(&cfg, Duration::from_secs(1), 256 << 10).unwrap());
+        assert_eq!(p.len(), 1);
+        Peers::spawn_probes(&p);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(p.len(), 3, "looked up at once, then every interval");
+    }
+
+    #[test]
+    fn dns_members_are_every_address_once_in_order() {
+        let addrs = ["10.0.0.2:80", "10.0.0.1:80", "10.0.0.2:80", "[::1]:80"].map(|a| a.parse().unwrap());
+        let got: Vec<String> =
+            dns_members(addrs.into_iter()).unwrap().iter().map(|u| member_name(u).to_string()).collect();
+        assert_eq!(got, ["http://10.0.0.1:80", "http://10.0.0.2:80", "http://[::1]:80"]);
     }
 }

@@ -8,10 +8,10 @@ use crate::{
     listen::{Listen, Switch},
 };
 use circus_core::{ByteSize, Span};
-use circus_origin::{OriginConfig, OriginSource, PeerConfig, S3Config};
+use circus_origin::{DnsMembers, MemberSource, OriginConfig, OriginSource, PeerConfig, S3Config};
 use circus_sched::{Favor, PolicyKind};
 use serde::Deserialize;
-use std::{path::PathBuf, time::Duration};
+use std::{path::PathBuf, sync::Arc, time::Duration};
 
 /// Settings as the command line and the TOML file give them: every one
 /// optional, unknown keys rejected.
@@ -226,7 +226,16 @@ pub struct Settings {
     /// one owner, the only member that fetches it from the origin.
     #[arg(long, value_name = "URL,URL,...", value_delimiter = ',')]
     pub peers: Option<Vec<String>>,
-    /// This node's URL in --peers.
+    /// Every member of this node's cluster, from DNS instead of --peers:
+    /// a member http://ADDR:PORT for each address NAME has (a headless
+    /// service, a round-robin name), looked up again every --peer-resolve.
+    #[arg(long, value_name = "NAME:PORT", conflicts_with = "peers")]
+    pub peers_dns: Option<String>,
+    /// Time between two lookups of --peers-dns (default 10s).
+    #[arg(long, value_name = "TIME")]
+    pub peer_resolve: Option<Span>,
+    /// This node's URL in --peers (with --peers-dns: http://ADDR:PORT, the
+    /// address the name gives for this node).
     #[arg(long, value_name = "URL")]
     pub peer_self: Option<String>,
     /// Bytes of an object per group, the unit members own: a multiple of
@@ -371,8 +380,15 @@ impl Settings {
             // Members ask each other without the client's signature or token.
             return Err(ConfigError::Peers("[[private]] prefixes are not served by a cluster yet".into()));
         }
-        let peer_settings = [self.peers.is_some(), self.peer_self.is_some(), self.peer_group.is_some()];
-        if cfg.origin.is_none() && (peer_settings.contains(&true) || self.peer_probe.is_some()) {
+        let peer_settings = [
+            self.peers.is_some(),
+            self.peers_dns.is_some(),
+            self.peer_self.is_some(),
+            self.peer_group.is_some(),
+            self.peer_probe.is_some(),
+            self.peer_resolve.is_some(),
+        ];
+        if cfg.origin.is_none() && peer_settings.contains(&true) {
             return Err(ConfigError::Peers("a cluster shares an origin: give --origin too".into()));
         }
         cfg.sched.validate()?;
@@ -383,18 +399,44 @@ impl Settings {
     /// The cluster's settings onto the origin's: the member list, this
     /// node's place in it, the group size and the probe interval.
     fn apply_peers(&self, o: &mut OriginConfig) -> Result<(), ConfigError> {
-        if let Some(list) = &self.peers {
-            let members = list.iter().map(|u| parse_member(u)).collect::<Result<Vec<_>, _>>()?;
+        let me = || {
             let me = self
                 .peer_self
                 .as_deref()
-                .ok_or_else(|| ConfigError::Peers("give --peer-self, this node's URL among --peers".into()))?;
-            let me_uri = parse_member(me)?;
-            let me = members
-                .iter()
-                .position(|m| *m == me_uri)
-                .ok_or_else(|| ConfigError::Peers(format!("--peer-self {me} is not one of --peers")))?;
-            o.peers = Some(PeerConfig { members, me, group_bytes: 4 << 20, probe_interval: Duration::from_secs(1) });
+                .ok_or_else(|| ConfigError::Peers("give --peer-self, this node's URL among the members".into()))?;
+            parse_member(me)
+        };
+        if self.peers.is_some() && self.peers_dns.is_some() {
+            return Err(ConfigError::Peers("give the members by --peers or by --peers-dns, not both".into()));
+        }
+        if let Some(list) = &self.peers {
+            let members = list.iter().map(|u| parse_member(u)).collect::<Result<Vec<_>, _>>()?;
+            let me = me()?;
+            if !members.contains(&me) {
+                return Err(ConfigError::Peers(format!("--peer-self {me} is not one of --peers")));
+            }
+            o.peers = Some(PeerConfig {
+                members,
+                me,
+                refresh: None,
+                group_bytes: 4 << 20,
+                probe_interval: Duration::from_secs(1),
+            });
+        }
+        if let Some(name) = &self.peers_dns {
+            let dns = parse_dns_members(name)?;
+            let me = me()?;
+            // Looked up once now: a name that does not resolve is a
+            // mistake to report at start, not a cluster of one.
+            let members = dns
+                .resolve_blocking()
+                .map_err(|e| ConfigError::Peers(format!("--peers-dns {name}: cannot look it up: {e}")))?;
+            let every = self.peer_resolve.map_or(Duration::from_secs(10), |t| t.0);
+            let refresh: Option<(Arc<dyn MemberSource>, Duration)> = Some((Arc::new(dns), every));
+            o.peers =
+                Some(PeerConfig { members, me, refresh, group_bytes: 4 << 20, probe_interval: Duration::from_secs(1) });
+        } else if self.peer_resolve.is_some() {
+            return Err(ConfigError::Peers("--peer-resolve needs --peers-dns".into()));
         }
         if let Some(p) = o.peers.as_mut() {
             if let Some(g) = self.peer_group {
@@ -410,10 +452,23 @@ impl Settings {
                 )));
             }
         } else if self.peer_self.is_some() || self.peer_group.is_some() || self.peer_probe.is_some() {
-            return Err(ConfigError::Peers("--peer-self, --peer-group and --peer-probe need --peers".into()));
+            return Err(ConfigError::Peers(
+                "--peer-self, --peer-group and --peer-probe need --peers or --peers-dns".into(),
+            ));
         }
         Ok(())
     }
+}
+
+/// `--peers-dns`: a host name and a port.
+fn parse_dns_members(given: &str) -> Result<DnsMembers, ConfigError> {
+    let bad = || ConfigError::Peers(format!("--peers-dns {given}: give NAME:PORT (members.example:8080)"));
+    let (name, port) = given.trim().rsplit_once(':').ok_or_else(bad)?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    if name.is_empty() || port == 0 {
+        return Err(bad());
+    }
+    Ok(DnsMembers { name: name.trim_start_matches('[').trim_end_matches(']').to_owned(), port })
 }
 
 /// A member's base URL: http://host:port, nothing after the authority.
@@ -507,8 +562,15 @@ mod tests {
         let cmd = Settings::augment_args(clap::Command::new("serve"));
         // With an origin in a cluster of one, so that the origin's and the
         // cluster's settings count too.
-        let base_argv =
-            ["serve", "--origin", "http://origin.test/", "--peers", "http://a:1", "--peer-self", "http://a:1"];
+        let base_argv = [
+            "serve",
+            "--origin",
+            "http://origin.test/",
+            "--peers-dns",
+            "localhost:1",
+            "--peer-self",
+            "http://127.0.0.1:1",
+        ];
         let origin = Settings::from_arg_matches(&cmd.clone().try_get_matches_from(base_argv).unwrap()).unwrap();
         let mut base = ServeConfig::new("/srv".into());
         origin.apply(&mut base).unwrap();
@@ -563,8 +625,28 @@ mod tests {
         let cfg =
             cluster(&["--origin", "http://o/", "--peers", members, "--peer-self", "http://10.0.0.2:8080"]).unwrap();
         let peers = cfg.origin.unwrap().peers.unwrap();
-        assert_eq!((peers.members.len(), peers.me, peers.group_bytes), (3, 1, 4 << 20));
+        assert_eq!(
+            (peers.members.len(), peers.me.to_string().as_str(), peers.group_bytes),
+            (3, "http://10.0.0.2:8080/", 4 << 20)
+        );
         assert_eq!(peers.probe_interval, Duration::from_secs(1));
+        assert!(peers.refresh.is_none(), "a fixed list");
+        // From DNS: every address of the name (here localhost's), looked
+        // up again every --peer-resolve.
+        let cfg = cluster(&[
+            "--origin",
+            "http://o/",
+            "--peers-dns",
+            "localhost:8080",
+            "--peer-self",
+            "http://127.0.0.1:8080",
+            "--peer-resolve",
+            "2s",
+        ])
+        .unwrap();
+        let peers = cfg.origin.unwrap().peers.unwrap();
+        assert!(peers.members.iter().any(|m| *m == "http://127.0.0.1:8080/"), "{:?}", peers.members);
+        assert_eq!(peers.refresh.map(|(_, every)| every), Some(Duration::from_secs(2)));
         let refused = [
             (vec!["--origin", "http://o/", "--peers", members], "give --peer-self"),
             (vec!["--origin", "http://o/", "--peers", members, "--peer-self", "http://10.0.0.9:8080"], "not one of"),
@@ -590,6 +672,25 @@ mod tests {
                 "multiple of --origin-block",
             ),
             (vec!["--origin", "http://o/", "--peer-self", "http://10.0.0.1:8080"], "need --peers"),
+            (vec!["--origin", "http://o/", "--peers-dns", "localhost"], "NAME:PORT"),
+            (vec!["--origin", "http://o/", "--peers-dns", "localhost:80"], "give --peer-self"),
+            (
+                vec!["--origin", "http://o/", "--peers-dns", "no-such-host.invalid:80", "--peer-self", "http://a:80"],
+                "cannot look it up",
+            ),
+            (
+                vec![
+                    "--origin",
+                    "http://o/",
+                    "--peers",
+                    members,
+                    "--peer-self",
+                    "http://10.0.0.1:8080",
+                    "--peer-resolve",
+                    "5s",
+                ],
+                "needs --peers-dns",
+            ),
             (vec!["/srv", "--peers", members, "--peer-self", "http://10.0.0.1:8080"], "give --origin"),
         ];
         for (argv, why) in refused {
@@ -603,7 +704,10 @@ mod tests {
         let mut cfg = ServeConfig::new("/srv".into());
         file.apply(&mut cfg).unwrap();
         let peers = cfg.origin.unwrap().peers.unwrap();
-        assert_eq!((peers.me, peers.group_bytes, peers.probe_interval), (1, 8 << 20, Duration::from_millis(250)));
+        assert_eq!(
+            (peers.me.to_string().as_str(), peers.group_bytes, peers.probe_interval),
+            ("http://b:1/", 8 << 20, Duration::from_millis(250))
+        );
         // Members ask each other without the clients' signatures.
         let private = Settings::parse(
             "origin = \"http://o/\"\npeers = [\"http://a:1\"]\npeer_self = \"http://a:1\"\n\

@@ -64,7 +64,23 @@ pub fn serve_env(args: &[&str], env: &[(&str, &str)]) -> ServerProc {
 /// each other's addresses before they start).
 #[allow(dead_code, reason = "each test file compiles this module; only some choose the address")]
 pub fn serve_on(listen: &str, args: &[&str], env: &[(&str, &str)]) -> ServerProc {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_circus"))
+    serve_via(&[], listen, args, env)
+}
+
+#[allow(dead_code, reason = "each test file compiles this module; only some wrap the server")]
+/// As `serve_on`, the server started by `wrapper` (a command that ends by
+/// exec'ing its arguments, so the child is the server itself).
+pub fn serve_via(wrapper: &[&str], listen: &str, args: &[&str], env: &[(&str, &str)]) -> ServerProc {
+    let bin = env!("CARGO_BIN_EXE_circus");
+    let mut command = match wrapper.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(bin);
+            c
+        }
+        None => Command::new(bin),
+    };
+    let mut child = command
         .arg("serve")
         .args(args)
         .args(["--listen", listen, "--admin-listen", "127.0.0.1:0"])
