@@ -145,9 +145,10 @@ impl OriginTier {
     ///
     /// Asked for a peer too: the owner of a first group is the first of
     /// that group's ranking among the members live in the asker's view,
-    /// and the asker is live in its own, so each hop goes to a member that
-    /// scores higher than the one before. However the views differ, no
-    /// request comes back to a member it passed.
+    /// and the asker is live in its own (a node not in its own list asks
+    /// the origin), so each hop goes to a member that scores higher than
+    /// the one before. However the views differ, no request comes back to
+    /// a member it passed.
     ///
     /// A peer is also given the client's Cache-Control, so that a client
     /// that asks for revalidation (no-cache, max-age=0) gets it from the

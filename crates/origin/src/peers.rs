@@ -74,13 +74,14 @@ enum Probe {
 }
 
 impl Probe {
-    /// Whether the member stays (or comes back) in the placement, given
-    /// `slow`, the probes in a row it left unanswered before this one.
-    fn keeps_live(self, slow: &mut u32) -> bool {
+    /// Whether the member is in the placement after this probe, given
+    /// whether it was (`live`) and `slow`, the probes in a row it left
+    /// unanswered before this one: only an answer brings a member back.
+    fn keeps_live(self, live: bool, slow: &mut u32) -> bool {
         *slow = if self == Probe::Slow { *slow + 1 } else { 0 };
         match self {
             Probe::Up => true,
-            Probe::Slow => *slow < SLOW_PROBES_TO_FALL,
+            Probe::Slow => live && *slow < SLOW_PROBES_TO_FALL,
             Probe::Refused => false,
         }
     }
@@ -238,6 +239,9 @@ impl Peers {
             refresh: cfg.refresh.clone(),
         };
         peers.replace(&cfg.members)?;
+        if peers.view.read().expect("peers lock").me.is_none() {
+            tracing::warn!(me = &*peers.me, "this node is not in the member list (yet): it owns nothing until it is");
+        }
         Ok(peers)
     }
 
@@ -288,11 +292,23 @@ impl Peers {
 
     /// The member to ask for `target`'s first answer: the owner of its
     /// first group (always the first of that group's ranking, as groups
-    /// are placed in order), `None` when that is this node.
+    /// are placed in order), `None` when that is this node, or when this
+    /// node is not in its own list: first answers are forwarded only to a
+    /// member that scores higher than the asker, which a node can tell
+    /// only of itself as a member (one not listed that asked a member
+    /// listing it first would be asked back, and the two lookups would
+    /// wait on each other).
     pub(crate) fn first_owner(&self, target: &str) -> Option<Member> {
         let view = self.view.read().expect("peers lock");
+        view.me?;
         let owner = *view.members.ranking(ObjectKey::of(target), 0).first()?;
         (Some(owner) != view.me).then(|| view.member(owner))
+    }
+
+    /// Whether the member named `url` is live in this node's view.
+    fn is_live(&self, url: &str) -> bool {
+        let view = self.view.read().expect("peers lock");
+        view.find(url).is_some_and(|m| view.members.is_live(m))
     }
 
     /// The member to ask for the group holding byte `offset` of version
@@ -364,7 +380,7 @@ impl Peers {
                     async move { (peers.probe(&m.client).await, m.url) }
                 });
                 for (probe, url) in futures_util::future::join_all(probes).await {
-                    let up = probe.keeps_live(slow.entry(url.clone()).or_default());
+                    let up = probe.keeps_live(peers.is_live(&url), slow.entry(url.clone()).or_default());
                     if peers.set_live(&url, up) {
                         if up {
                             tracing::info!(peer = &*url, "peer answers again: back in the placement");
@@ -508,12 +524,18 @@ mod tests {
     #[test]
     fn a_busy_member_stays_in_until_three_probes_in_a_row_go_unanswered() {
         let mut slow = 0;
-        let seen: Vec<bool> = [Probe::Slow, Probe::Slow, Probe::Up, Probe::Slow, Probe::Slow, Probe::Slow, Probe::Up]
-            .into_iter()
-            .map(|p| p.keeps_live(&mut slow))
-            .collect();
-        assert_eq!(seen, [true, true, true, true, true, false, true]);
-        assert!(!Probe::Refused.keeps_live(&mut 0), "a refused connection is out at once");
+        let mut live = true;
+        let seen: Vec<bool> =
+            [Probe::Slow, Probe::Slow, Probe::Up, Probe::Slow, Probe::Slow, Probe::Slow, Probe::Slow, Probe::Up]
+                .into_iter()
+                .map(|p| {
+                    live = p.keeps_live(live, &mut slow);
+                    live
+                })
+                .collect();
+        assert_eq!(seen, [true, true, true, true, true, false, false, true], "only an answer brings it back");
+        assert!(!Probe::Refused.keeps_live(true, &mut 0), "a refused connection is out at once");
+        assert!(!Probe::Slow.keeps_live(false, &mut 0), "a member out stays out while its probes time out");
     }
 
     #[test]
@@ -584,6 +606,7 @@ mod tests {
         assert!(p.replace(&five[1..]).unwrap(), "this node is no longer listed");
         assert!(!p.set_live(&url(3), false), "still out after the change");
         assert!(owners(&p).iter().all(Option::is_some), "a node not in the list owns nothing");
+        assert!(p.first_owner("/big.iso").is_none(), "nor asks members for first answers");
     }
 
     #[test]

@@ -425,18 +425,25 @@ impl Settings {
         }
         if let Some(name) = &self.peers_dns {
             let dns = parse_dns_members(name)?;
-            let me = me()?;
+            let me = address_member(&me()?)?;
             // Looked up once now: a name that does not resolve is a
             // mistake to report at start, not a cluster of one.
             let members = dns
                 .resolve_blocking()
                 .map_err(|e| ConfigError::Peers(format!("--peers-dns {name}: cannot look it up: {e}")))?;
-            let every = self.peer_resolve.map_or(Duration::from_secs(10), |t| t.0);
-            let refresh: Option<(Arc<dyn MemberSource>, Duration)> = Some((Arc::new(dns), every));
+            if members.is_empty() {
+                return Err(ConfigError::Peers(format!("--peers-dns {name}: the name has no address")));
+            }
+            let refresh: Option<(Arc<dyn MemberSource>, Duration)> = Some((Arc::new(dns), Duration::from_secs(10)));
             o.peers =
                 Some(PeerConfig { members, me, refresh, group_bytes: 4 << 20, probe_interval: Duration::from_secs(1) });
-        } else if self.peer_resolve.is_some() {
-            return Err(ConfigError::Peers("--peer-resolve needs --peers-dns".into()));
+        }
+        if let Some(every) = self.peer_resolve {
+            // Onto a --peers-dns of this layer or of one below it.
+            match o.peers.as_mut().and_then(|p| p.refresh.as_mut()) {
+                Some((_, interval)) => *interval = every.0,
+                None => return Err(ConfigError::Peers("--peer-resolve needs --peers-dns".into())),
+            }
         }
         if let Some(p) = o.peers.as_mut() {
             if let Some(g) = self.peer_group {
@@ -458,6 +465,19 @@ impl Settings {
         }
         Ok(())
     }
+}
+
+/// `--peer-self` with `--peers-dns`: the members are named by address
+/// (`http://ADDR:PORT`, as the name's addresses are written), so this
+/// node's must be one, written the same way.
+fn address_member(me: &http::Uri) -> Result<http::Uri, ConfigError> {
+    let authority = me.authority().map(|a| a.as_str()).unwrap_or_default();
+    let addr: std::net::SocketAddr = authority.parse().map_err(|_| {
+        ConfigError::Peers(format!(
+            "--peer-self {me}: with --peers-dns, give this node's address as the name has it (http://10.0.0.1:8080)"
+        ))
+    })?;
+    format!("http://{addr}").parse().map_err(|e| ConfigError::Peers(format!("--peer-self {me}: {e}")))
 }
 
 /// `--peers-dns`: a host name and a port.
@@ -675,7 +695,18 @@ mod tests {
             (vec!["--origin", "http://o/", "--peers-dns", "localhost"], "NAME:PORT"),
             (vec!["--origin", "http://o/", "--peers-dns", "localhost:80"], "give --peer-self"),
             (
-                vec!["--origin", "http://o/", "--peers-dns", "no-such-host.invalid:80", "--peer-self", "http://a:80"],
+                vec!["--origin", "http://o/", "--peers-dns", "localhost:80", "--peer-self", "http://localhost:80"],
+                "give this node's address",
+            ),
+            (
+                vec![
+                    "--origin",
+                    "http://o/",
+                    "--peers-dns",
+                    "no-such-host.invalid:80",
+                    "--peer-self",
+                    "http://[::1]:80",
+                ],
                 "cannot look it up",
             ),
             (
