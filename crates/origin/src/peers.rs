@@ -21,8 +21,15 @@
 //! live tier); a member that cannot be connected to, answers a probe with
 //! anything else, leaves three probes in a row unanswered, or breaks off a
 //! body is out of the placement, so its groups go to the next members of
-//! their rankings, and back when it answers a probe again. A member that answers 5xx is up: what failed is behind it, and
-//! the asker goes to the origin for that fetch.
+//! their rankings, and back when it answers a probe again. A member that
+//! answers 5xx is up: what failed is behind it, and the asker goes to the
+//! origin for that fetch.
+//!
+//! The member list is fixed, or looked up again now and then from a
+//! [`MemberSource`] (every address of a DNS name, [`DnsMembers`]): a new
+//! list replaces the view whole, members that stay keep their clients and
+//! liveness, and as members are named by URL, one that comes or goes moves
+//! only the groups it takes or held.
 
 use crate::{OriginTier, SetupError, client::OriginClient, source::OriginResponse};
 use circus_cluster::{MemberId, Membership, ObjectKey, ObjectPlacement, PlacementConfig};
