@@ -237,6 +237,28 @@ fn a_node_killed_mid_crowd_costs_at_most_its_share_again() {
     }
 }
 
+/// Stores far smaller than the object, so each download asks the owners
+/// again: from its second ask of a group on, the owner says the group is
+/// hot, and the member outside the group's servers then spreads its asks
+/// over the owner and the two replicas, which ask the owner in turn.
+#[test]
+fn a_hot_group_is_served_by_its_replicas_too() {
+    let obj = Arc::new(data(12 << 20));
+    let origin = start_origin(obj.clone(), Duration::ZERO);
+    let nodes = cluster(&origin, 4, &["--cache", "8MiB", "--peer-hot-after", "2"]);
+    for round in 0..3 {
+        for n in &nodes {
+            let (body, _) = download(std::slice::from_ref(&n.addr));
+            assert!(body == *obj, "round {round}, {}: other bytes ({} of {})", n.addr, body.len(), obj.len());
+        }
+    }
+    let m = |name: &str| nodes.iter().map(|n| common::metric(&n.admin, name)).sum::<f64>();
+    let (asks, as_replica) = (m("circus_peer_served_requests_total"), m("circus_peer_replica_served_requests_total"));
+    eprintln!("{as_replica} of {asks} asks between members went to replicas of hot groups");
+    assert!(as_replica > 0.0, "no member asked a replica ({asks} asks in all)");
+    assert!(as_replica < asks, "replicas ask the owners");
+}
+
 /// Members from DNS: every node runs in a mount namespace of its own whose
 /// /etc/hosts is a file the test writes (the resolver reads it on every
 /// lookup), naming two of three nodes first, then all three. The third

@@ -163,7 +163,7 @@ impl OriginTier {
         if let Some(cc) = cache_control {
             to_peer.insert(header::CACHE_CONTROL, cc.clone());
         }
-        if let Some((res, m)) = self.ask_owner(target, to_peer, |p: &Peers| p.first_owner(target)).await? {
+        if let Some((res, m)) = self.ask_member(target, to_peer, |p: &Peers| p.first_owner(target)).await? {
             return Ok((res, Some(m)));
         }
         self.metrics.origin_requests.inc();

@@ -7,7 +7,7 @@
 use crate::{
     BlockRef, Object, OriginTier,
     client::content_range,
-    fetch::BlockFetch,
+    fetch::{BlockFetch, Via},
     integrity, leaves, metrics,
     peers::{Peers, Upstream},
     source::OriginResponse,
@@ -33,13 +33,14 @@ impl OriginTier {
             self.ensure(obj, b, last, upstream);
             let found = self.inflight.lock().expect("inflight lock").get(&(obj.version, b)).cloned();
             match found {
-                // A peer's request waits on no other member: had this node
-                // asked the peer for the block meanwhile (their views of
-                // the placement differ for a moment), each would wait on
-                // the other. It asks the origin on its own.
-                Some(f) if upstream == Upstream::Origin && f.via_peer() => {
-                    let alone = Arc::new(BlockFetch::new(obj.layout.block_len(b), false));
-                    self.spawn_fetch(obj.clone(), b, vec![alone.clone()], None, Upstream::Origin);
+                // A member's ask waits only on fetches nearer the origin
+                // than itself: had this node asked that member for the
+                // block meanwhile (their views of the placement differ
+                // for a moment), each would wait on the other. It fetches
+                // the block on its own.
+                Some(f) if !upstream.may_wait_on(f.via()) => {
+                    let alone = Arc::new(BlockFetch::new(obj.layout.block_len(b), upstream.own_via()));
+                    self.spawn_fetch(obj.clone(), b, vec![alone.clone()], None, upstream);
                     return BlockRef::Pending(alone);
                 }
                 Some(f) => return BlockRef::Pending(f),
@@ -101,17 +102,21 @@ impl OriginTier {
     /// one ranged request per run of them (in a cluster, per run within a
     /// group, as each group has its owner).
     pub(crate) fn ensure(self: &Arc<Self>, obj: &Arc<Object>, first: u32, last: u32, upstream: Upstream) {
-        let mut runs: Vec<(u32, Vec<Arc<BlockFetch>>)> = Vec::new();
+        let mut runs: Vec<(u32, Upstream, Vec<Arc<BlockFetch>>)> = Vec::new();
         let group = self.peers.as_ref().map_or(u32::MAX, |p| p.group_blocks(obj.size, self.block_size)).max(1);
-        // Whether block `b`'s group is asked of another member.
-        let via_peer = |b: u32| {
-            upstream == Upstream::Owner
-                && self
-                    .peers
-                    .as_ref()
-                    .is_some_and(|p| p.owner(&obj.target, obj.version, obj.size, obj.layout.offset(b)).is_some())
+        // Whom block `b`'s group is asked of.
+        let via = |b: u32| match (&self.peers, upstream) {
+            (Some(p), Upstream::Owner | Upstream::OwnerOnly) => {
+                let spread = upstream == Upstream::Owner;
+                match p.source(&obj.target, obj.version, obj.size, obj.layout.offset(b), spread) {
+                    Some(m) if m.replica => Via::Replica,
+                    Some(_) => Via::Owner,
+                    None => Via::Origin,
+                }
+            }
+            _ => Via::Origin,
         };
-        let mut peer_group: Option<(u32, bool)> = None;
+        let mut group_via: Option<(u32, Via)> = None;
         {
             let mut inflight = self.inflight.lock().expect("inflight lock");
             let mut open = false;
@@ -123,24 +128,24 @@ impl OriginTier {
                 if b % group == 0 {
                     open = false;
                 }
-                let peer = match peer_group {
-                    Some((g, peer)) if g == b / group => peer,
+                let via = match group_via {
+                    Some((g, via)) if g == b / group => via,
                     _ => {
-                        let peer = via_peer(b);
-                        peer_group = Some((b / group, peer));
-                        peer
+                        let via = via(b);
+                        group_via = Some((b / group, via));
+                        via
                     }
                 };
-                let fetch = Arc::new(BlockFetch::new(obj.layout.block_len(b), peer));
+                let fetch = Arc::new(BlockFetch::new(obj.layout.block_len(b), via));
                 inflight.insert((obj.version, b), fetch.clone());
                 match runs.last_mut() {
-                    Some((_, run)) if open => run.push(fetch),
-                    _ => runs.push((b, vec![fetch])),
+                    Some((_, _, run)) if open => run.push(fetch),
+                    _ => runs.push((b, upstream.to_fetch(via), vec![fetch])),
                 }
                 open = true;
             }
         }
-        for (start, fetches) in runs {
+        for (start, upstream, fetches) in runs {
             self.spawn_fetch(obj.clone(), start, fetches, None, upstream);
         }
     }
@@ -150,7 +155,7 @@ impl OriginTier {
         let mut inflight = self.inflight.lock().expect("inflight lock");
         (first..=last)
             .map(|b| {
-                let fetch = Arc::new(BlockFetch::new(obj.layout.block_len(b), false));
+                let fetch = Arc::new(BlockFetch::new(obj.layout.block_len(b), Via::Origin));
                 inflight.insert((obj.version, b), fetch.clone());
                 fetch
             })
@@ -205,8 +210,11 @@ impl OriginTier {
         // Fetches asked of peers draw on their own share: a peer's request
         // is served by fetches from the origin, which must never wait for
         // room that fetches waiting on peers hold.
-        let via_peer = done.fetches.first().is_some_and(|f| f.via_peer());
-        let pool = if via_peer { &self.peer_pool } else { &self.origin_pool };
+        let pool = match done.fetches.first().map(|f| f.via()) {
+            Some(Via::Owner) => &self.peer_pool,
+            Some(Via::Replica) => &self.replica_pool,
+            _ => &self.origin_pool,
+        };
         let kib = u32::try_from((end - start + 1).div_ceil(1024)).unwrap_or(u32::MAX).min(pool.kib_total);
         let _bytes = pool.kib.acquire_many(kib).await.map_err(|e| ReadError::origin(e.to_string()))?;
         let _slot = pool.slots.acquire().await.map_err(|e| ReadError::origin(e.to_string()))?;
@@ -263,10 +271,12 @@ impl OriginTier {
     }
 
     /// Asks for bytes `start..=end` of `obj` (whole blocks of one group):
-    /// from the group's owner when it is another live member and
-    /// `upstream` allows, else from the origin. A member that cannot be
-    /// reached or fails is out of the placement, and the next owner is
-    /// asked. The answer is checked to be that range of that version.
+    /// from the member `upstream` names for the group when it is another
+    /// live member (the owner, or for a client's fetch of a hot group one
+    /// of the members serving it), else from the origin. A member that
+    /// cannot be reached or fails is out of the placement, and the next is
+    /// asked. The answer is checked to be that range of that version; an
+    /// owner's word that the group is hot is kept.
     async fn fetch_part(
         &self,
         obj: &Object,
@@ -275,9 +285,15 @@ impl OriginTier {
         upstream: Upstream,
     ) -> Result<(OriginResponse, Option<Arc<str>>), ReadError> {
         let headers = obj.fetch_headers(start, end);
-        if upstream == Upstream::Owner {
-            let owner = |p: &Peers| p.owner(&obj.target, obj.version, obj.size, start);
-            if let Some((res, m)) = self.ask_owner(&obj.target, headers.clone(), owner).await? {
+        if upstream != Upstream::Origin {
+            let spread = upstream == Upstream::Owner;
+            let source = |p: &Peers| p.source(&obj.target, obj.version, obj.size, start, spread);
+            if let Some((res, m)) = self.ask_member(&obj.target, headers.clone(), source).await? {
+                if res.headers.contains_key(crate::hot::HOT_HEADER)
+                    && let Some(p) = &self.peers
+                {
+                    p.learn_hot(obj.version, obj.size, start);
+                }
                 return Ok((check_part(obj, res, start, end)?, Some(m)));
             }
         }

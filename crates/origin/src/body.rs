@@ -77,13 +77,15 @@ impl Cursor {
 
     async fn next(&mut self) -> Option<Result<Bytes, BodyError>> {
         let first = self.tier.peer_first.clone();
-        if let (Some(first), Upstream::Owner) = (&first, self.upstream) {
+        if let Some(first) = &first
+            && !self.upstream.for_member()
+        {
             first.wait_turn(peer_first::MAX_WAIT).await;
         }
         let item = self.next_chunk().await;
         match (&item, &first, self.upstream) {
             // A member's body has bytes for hyper to send.
-            (Some(Ok(_)), Some(first), Upstream::Origin) => match &self.sending {
+            (Some(Ok(_)), Some(first), upstream) if upstream.for_member() => match &self.sending {
                 Some(sending) => sending.progressed(),
                 None => self.sending = Some(first.sending()),
             },
@@ -150,16 +152,17 @@ impl Cursor {
             let at = layout.offset(b);
             // A peer's request reads ahead only within what it asked for:
             // the next group is another member's.
-            let readahead = match self.upstream {
-                Upstream::Owner => self.tier.readahead,
-                Upstream::Origin => layout.block_of(self.end).map_or(0, |last| last - b).min(self.tier.readahead),
+            let readahead = if self.upstream.for_member() {
+                layout.block_of(self.end).map_or(0, |last| last - b).min(self.tier.readahead)
+            } else {
+                self.tier.readahead
             };
             match self.tier.block(&self.obj, b, readahead, self.upstream) {
                 BlockRef::Ready(bytes) => {
                     // A client's body in a cluster goes a slice at a time,
                     // so that members' bodies wait behind little of it.
-                    let most = match (&self.tier.peer_first, self.upstream) {
-                        (Some(_), Upstream::Owner) => peer_first::CLIENT_SLICE,
+                    let most = match &self.tier.peer_first {
+                        Some(_) if !self.upstream.for_member() => peer_first::CLIENT_SLICE,
                         _ => usize::MAX,
                     };
                     if let Some(out) = self.clip_at_most(at, &bytes, most) {

@@ -17,25 +17,35 @@ struct FetchState {
     end: Option<Result<(), ReadError>>,
 }
 
+/// Whom a fetch asks: who may wait on it follows (see
+/// `Upstream::may_wait_on`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// The origin (or, for a first answer, whoever gave it).
+    Origin,
+    /// The owner of the block's group.
+    Owner,
+    /// A replica of a hot group, which asks the owner in turn.
+    Replica,
+}
+
 /// One block on its way from the origin.
 #[derive(Debug)]
 pub struct BlockFetch {
     len: usize,
-    /// Asked of another member of the cluster: a peer's request must not
-    /// wait on it (see `OriginTier::block`).
-    via_peer: bool,
+    via: Via,
     state: Mutex<FetchState>,
     /// Bumped on every change; waiters sleep on it.
     tick: watch::Sender<()>,
 }
 
 impl BlockFetch {
-    pub fn new(len: u32, via_peer: bool) -> Self {
-        BlockFetch { len: len as usize, via_peer, state: Mutex::default(), tick: watch::Sender::new(()) }
+    pub fn new(len: u32, via: Via) -> Self {
+        BlockFetch { len: len as usize, via, state: Mutex::default(), tick: watch::Sender::new(()) }
     }
 
-    pub fn via_peer(&self) -> bool {
-        self.via_peer
+    pub fn via(&self) -> Via {
+        self.via
     }
 
     pub fn subscribe(&self) -> watch::Receiver<()> {
@@ -170,7 +180,7 @@ mod tests {
 
     #[tokio::test]
     async fn waiters_get_chunks_as_they_arrive_and_failure_reaches_all() {
-        let f = Arc::new(BlockFetch::new(6, false));
+        let f = Arc::new(BlockFetch::new(6, Via::Origin));
         let mut early = f.subscribe();
         f.push(Bytes::from_static(b"abc"));
         assert_eq!(f.chunk(0, &mut early).await.unwrap().unwrap(), "abc");
@@ -190,7 +200,7 @@ mod tests {
 
         assert_eq!(f.range(2, 3).await.unwrap(), "cde", "a range across chunks");
 
-        let g = BlockFetch::new(4, false);
+        let g = BlockFetch::new(4, Via::Origin);
         g.push(Bytes::from_static(b"ab"));
         g.fail(&ReadError::origin("origin closed the connection"));
         let mut rx = g.subscribe();

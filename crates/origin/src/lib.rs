@@ -48,6 +48,7 @@ mod continued;
 mod error;
 mod fetch;
 mod hit;
+mod hot;
 mod integrity;
 mod leaves;
 mod metrics;
@@ -64,6 +65,7 @@ mod tls;
 
 pub use blocks::OriginBlocks;
 pub use error::SetupError;
+pub use hot::HOT_HEADER;
 pub use peers::{DnsMembers, MemberSource, PEER_HEADER, PROBE_PATH, PeerConfig};
 pub use source::{OriginSource, S3Config};
 
@@ -239,10 +241,13 @@ pub struct OriginTier {
     next_version: AtomicU64,
     block_size: u32,
     readahead: u32,
-    /// Room for fetches from the origin, and for fetches asked of peers
-    /// (empty without a cluster).
+    /// Room for fetches from the origin, for fetches asked of owners, and
+    /// for fetches asked of hot groups' replicas (the last two empty
+    /// without a cluster). Each kind waits only on kinds nearer the
+    /// origin, so none can hold the room another needs to finish.
     origin_pool: FetchPool,
     peer_pool: FetchPool,
+    replica_pool: FetchPool,
     /// Prefetches running at once (operators' requests beyond are refused).
     prefetches: Arc<Semaphore>,
     metrics: Arc<OriginMetrics>,
@@ -264,8 +269,10 @@ impl OriginTier {
         registry: &mut Registry,
     ) -> Result<Self, SetupError> {
         let TierBudget { stored, fetching } = budget;
-        // In a cluster, half the room goes to fetches asked of peers.
+        // In a cluster, half the room goes to fetches asked of peers: an
+        // eighth of it to those asked of hot groups' replicas.
         let to_peers = if cfg.peers.is_some() { fetching / 2 } else { 0 };
+        let to_replicas = to_peers / 8;
         let peers = match &cfg.peers {
             Some(p) => {
                 let peers = Arc::new(peers::Peers::new(p, cfg.timeout, cfg.block_size)?);
@@ -280,7 +287,8 @@ impl OriginTier {
             peers,
             store: Store::new(stored, 16 * 1024, u64::from(cfg.block_size)),
             origin_pool: FetchPool::new(cfg.max_fetches, fetching - to_peers),
-            peer_pool: FetchPool::new(cfg.max_fetches, to_peers),
+            peer_pool: FetchPool::new(cfg.max_fetches, to_peers - to_replicas),
+            replica_pool: FetchPool::new(cfg.max_fetches, to_replicas),
             inflight: Mutex::default(),
             lookups: Mutex::default(),
             next_version: AtomicU64::new(1),
@@ -323,6 +331,9 @@ impl OriginTier {
                 return Ok(peers::probe_answer().into());
             }
             self.metrics.peer_served.inc();
+            if peers::Upstream::for_request(h) == peers::Upstream::OwnerOnly {
+                self.metrics.replica_served.inc();
+            }
         }
         // The hit path below allocates nothing but the response: lookups
         // borrow the target, Vary values are compared in place.

@@ -21,8 +21,10 @@ pub struct OriginMetrics {
     pub peer_requests: Counter,
     pub peer_bytes: Counter,
     pub peer_errors: Counter,
-    /// GETs and HEADs other members sent this node.
+    /// GETs and HEADs other members sent this node, and those of them
+    /// sent to it as a hot group's replica.
     pub peer_served: Counter,
+    pub replica_served: Counter,
     /// Members live in this node's view, itself included.
     pub live_peers: Gauge,
     pub resident: Gauge,
@@ -94,6 +96,11 @@ impl OriginMetrics {
             m.peer_errors.clone(),
         );
         r.register("circus_peer_served_requests", "Requests other members sent this node", m.peer_served.clone());
+        r.register(
+            "circus_peer_replica_served_requests",
+            "Requests other members sent this node as a replica of a hot group",
+            m.replica_served.clone(),
+        );
         r.register("circus_peers_live", "Members live in this node's view, itself included", m.live_peers.clone());
         r.register("circus_origin_resident_bytes", "Bytes held by the origin tier's store", m.resident.clone());
         r.register(

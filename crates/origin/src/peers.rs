@@ -10,8 +10,11 @@
 //! A request from a peer carries [`PEER_HEADER`]; the node answering it
 //! fetches the blocks it lacks from the origin itself, never from a third
 //! node (a block it has already asked another member for is fetched again
-//! on its own), so a block makes at most one hop and no two nodes wait on
-//! each other, even while they disagree about who is live. A first answer
+//! on its own), so no two nodes wait on each other, even while they
+//! disagree about who is live. The one exception is a hot group (see
+//! `hot`): an asker may go to one of its replicas, which asks the owner
+//! only, so a block makes two hops at most and each node waits only on
+//! one nearer the origin (`Upstream::may_wait_on`). A first answer
 //! (size and validators) may take more hops, each to a member ranked
 //! higher (see `OriginTier::first_answer`). Fetches asked of peers have
 //! their own share of the room for fetches in flight, so the origin
@@ -31,7 +34,7 @@
 //! liveness, and as members are named by URL, one that comes or goes moves
 //! only the groups it takes or held.
 
-use crate::{OriginTier, SetupError, client::OriginClient, source::OriginResponse};
+use crate::{OriginTier, SetupError, client::OriginClient, fetch::Via, hot::HotGroups, source::OriginResponse};
 use circus_cluster::{MemberId, Membership, ObjectKey, ObjectPlacement, PlacementConfig};
 use circus_store::ReadError;
 use futures_util::future::BoxFuture;
@@ -112,6 +115,18 @@ pub struct PeerConfig {
     pub group_bytes: u64,
     /// Time between two probes of a member; a probe waits as long.
     pub probe_interval: Duration,
+    /// Asks of one group an owner answers before it tells the askers the
+    /// group is hot, so that they spread their next asks over the owner
+    /// and its replicas; 0: never.
+    pub hot_after: u32,
+}
+
+impl PeerConfig {
+    /// The members, this node, and where the list is looked up again;
+    /// groups of 4 MiB, a probe a second, hot after 8 asks.
+    pub fn new(members: Vec<Uri>, me: Uri, refresh: Option<(Arc<dyn MemberSource>, Duration)>) -> Self {
+        PeerConfig { members, me, refresh, group_bytes: 4 << 20, probe_interval: Duration::from_secs(1), hot_after: 8 }
+    }
 }
 
 /// Where a cluster's member list comes from when it changes: the members'
@@ -154,28 +169,80 @@ fn dns_members(addrs: impl Iterator<Item = std::net::SocketAddr>) -> std::io::Re
         .collect()
 }
 
-/// Where a fetch goes.
+/// Where the blocks a body lacks are fetched from: who asked decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Upstream {
-    /// The owner of the block's group (the origin when this node owns it
-    /// or runs alone).
+    /// A client asked: a group's owner (the origin when this node owns it
+    /// or runs alone), or for a hot group any member serving it.
     Owner,
-    /// The origin: a peer asked, and a request makes one hop at most.
+    /// A member asked this node as a hot group's replica: the group's
+    /// owner only.
+    OwnerOnly,
+    /// A member asked this node as the owner: the origin. An ask makes one
+    /// hop, or two through a replica, and the last is always to a node
+    /// that asks the origin.
     Origin,
 }
+
+/// [`PEER_HEADER`]'s value on an ask of a group's owner.
+const ASK_OWNER: &str = "1";
+
+/// [`PEER_HEADER`]'s value on an ask of a hot group's replica.
+const ASK_REPLICA: &str = "replica";
 
 impl Upstream {
     /// How the request with these headers is fetched for.
     pub(crate) fn for_request(h: &HeaderMap) -> Self {
-        if h.contains_key(PEER_HEADER) { Upstream::Origin } else { Upstream::Owner }
+        match h.get(PEER_HEADER) {
+            None => Upstream::Owner,
+            Some(v) if v == ASK_REPLICA => Upstream::OwnerOnly,
+            Some(_) => Upstream::Origin,
+        }
+    }
+
+    /// Whether a member asked (this node sends its body first, and reads
+    /// ahead only within what it asked for).
+    pub(crate) fn for_member(self) -> bool {
+        self != Upstream::Owner
+    }
+
+    /// Whether a body fetched for this may wait on a fetch in flight via
+    /// `via`: a member's ask waits only on fetches nearer the origin than
+    /// the one it is answering, so no two nodes ever wait on each other.
+    pub(crate) fn may_wait_on(self, via: Via) -> bool {
+        match self {
+            Upstream::Owner => true,
+            Upstream::OwnerOnly => via != Via::Replica,
+            Upstream::Origin => via == Via::Origin,
+        }
+    }
+
+    /// Whom a fetch this body starts on its own asks.
+    pub(crate) fn own_via(self) -> Via {
+        match self {
+            Upstream::Origin => Via::Origin,
+            Upstream::Owner | Upstream::OwnerOnly => Via::Owner,
+        }
+    }
+
+    /// The upstream of a fetch asked `via` for a body fetched for this:
+    /// only a fetch meant for a replica may go to one.
+    pub(crate) fn to_fetch(self, via: Via) -> Upstream {
+        match (self, via) {
+            (Upstream::Origin, _) => Upstream::Origin,
+            (Upstream::Owner, Via::Replica) => Upstream::Owner,
+            _ => Upstream::OwnerOnly,
+        }
     }
 }
 
-/// A member as a request to it needs it: its name (base URL) and client.
+/// A member as a request to it needs it: its name (base URL) and client,
+/// and whether it is asked as a hot group's replica.
 #[derive(Debug, Clone)]
 pub(crate) struct Member {
     pub(crate) url: Arc<str>,
     pub(crate) client: OriginClient,
+    pub(crate) replica: bool,
 }
 
 /// The member list as this node sees it now.
@@ -193,7 +260,7 @@ struct View {
 
 impl View {
     fn member(&self, m: MemberId) -> Member {
-        Member { url: self.urls[m.0 as usize].clone(), client: self.clients[m.0 as usize].clone() }
+        Member { url: self.urls[m.0 as usize].clone(), client: self.clients[m.0 as usize].clone(), replica: false }
     }
 
     fn find(&self, url: &str) -> Option<MemberId> {
@@ -212,6 +279,7 @@ pub(crate) struct Peers {
     /// For clients of members that join.
     timeout: Duration,
     refresh: Option<(Arc<dyn MemberSource>, Duration)>,
+    hot: HotGroups,
 }
 
 /// A member's name: its base URL without the trailing slash.
@@ -244,6 +312,7 @@ impl Peers {
             probe_interval: cfg.probe_interval,
             timeout,
             refresh: cfg.refresh.clone(),
+            hot: HotGroups::new(cfg.hot_after),
         };
         peers.replace(&cfg.members)?;
         if peers.view.read().expect("peers lock").me.is_none() {
@@ -318,10 +387,16 @@ impl Peers {
         view.find(url).is_some_and(|m| view.members.is_live(m))
     }
 
-    /// The member to ask for the group holding byte `offset` of version
-    /// `version` of `target` (`size` bytes), `None` when this node owns it.
-    pub(crate) fn owner(&self, target: &str, version: u64, size: u64, offset: u64) -> Option<Member> {
-        let view = self.view.read().expect("peers lock");
+    /// The placement of version `version` of `target` (`size` bytes) over
+    /// the live members of `view`, and the group holding byte `offset`.
+    fn placed(
+        &self,
+        view: &View,
+        target: &str,
+        version: u64,
+        size: u64,
+        offset: u64,
+    ) -> Option<(Arc<ObjectPlacement>, u64)> {
         let table = {
             let mut placements = self.placements.lock().expect("placements lock");
             match placements.get(&version) {
@@ -339,8 +414,44 @@ impl Peers {
                 }
             }
         };
-        let owner = table.owner((offset / self.group_bytes(size)).min(table.groups().saturating_sub(1)));
-        (Some(owner) != view.me).then(|| view.member(owner))
+        let group = (offset / self.group_bytes(size)).min(table.groups().saturating_sub(1));
+        Some((table, group))
+    }
+
+    /// The member to ask for the group holding byte `offset` of version
+    /// `version` of `target` (`size` bytes), `None` when this node owns
+    /// it: its owner, or with `spread`, when the group is known to be hot
+    /// and this node is not among its servers, the server this node's
+    /// asks go to (the owner or one of its replicas).
+    pub(crate) fn source(&self, target: &str, version: u64, size: u64, offset: u64, spread: bool) -> Option<Member> {
+        let view = self.view.read().expect("peers lock");
+        let (table, group) = self.placed(&view, target, version, size, offset)?;
+        let owner = table.owner(group);
+        let from = match view.me {
+            Some(me) if spread && self.hot.is_hot(version, group) => table.source_for(group, me, true),
+            _ => owner,
+        };
+        (Some(from) != view.me).then(|| Member { replica: from != owner, ..view.member(from) })
+    }
+
+    /// The owner of the group holding byte `offset` (see [`Peers::source`]).
+    #[cfg(test)]
+    fn owner(&self, target: &str, version: u64, size: u64, offset: u64) -> Option<Member> {
+        self.source(target, version, size, offset, false)
+    }
+
+    /// Counts a member's ask this node answers for the group holding byte
+    /// `offset`, when it owns that group; whether the group is hot now.
+    pub(crate) fn answered_ask(&self, target: &str, version: u64, size: u64, offset: u64) -> bool {
+        let view = self.view.read().expect("peers lock");
+        let Some((table, group)) = self.placed(&view, target, version, size, offset) else { return false };
+        view.me == Some(table.owner(group)) && self.hot.asked(version, group)
+    }
+
+    /// Keeps an owner's word that the group holding byte `offset` of
+    /// version `version` (`size` bytes) is hot.
+    pub(crate) fn learn_hot(&self, version: u64, size: u64, offset: u64) {
+        self.hot.learn(version, offset / self.group_bytes(size));
     }
 
     /// Marks the member named `url` live or not; says whether that changed
@@ -451,22 +562,24 @@ impl Peers {
 
 impl OriginTier {
     /// Asks the member `owner` names for `target` with `headers` (marked as
-    /// a peer's), again after each member that cannot be reached (it is
-    /// then out of the placement, and `owner` names the next). `None` when
-    /// this node is the owner, when there is no cluster, or when a member
+    /// an ask of an owner or of a replica), again after each member that
+    /// cannot be reached (it is then out of the placement, and `owner`
+    /// names the next). `None` when this node is the owner, when there is
+    /// no cluster, or when a member
     /// answered 5xx: the member is up, what failed is behind it (its
     /// origin), and the caller asks the origin itself.
-    pub(crate) async fn ask_owner(
+    pub(crate) async fn ask_member(
         &self,
         target: &str,
         mut headers: HeaderMap,
         owner: impl Fn(&Peers) -> Option<Member>,
     ) -> Result<Option<(OriginResponse, Arc<str>)>, ReadError> {
         let Some(peers) = &self.peers else { return Ok(None) };
-        headers.insert(PEER_HEADER, HeaderValue::from_static("1"));
         // Each failure takes a member out: at most one try per member.
         for _ in 0..peers.len() {
             let Some(m) = owner(peers) else { return Ok(None) };
+            let ask = if m.replica { ASK_REPLICA } else { ASK_OWNER };
+            headers.insert(PEER_HEADER, HeaderValue::from_static(ask));
             self.metrics.peer_requests.inc();
             match m.client.get(target, &headers).await {
                 Ok(res) if res.status().is_server_error() => {
@@ -515,6 +628,7 @@ mod tests {
             refresh: None,
             group_bytes: 1 << 20,
             probe_interval: Duration::from_secs(1),
+            hot_after: 2,
         }
     }
 
@@ -573,6 +687,59 @@ mod tests {
             // And the owner of byte 0 under the load bound is the same one.
             assert_eq!(p.owner(target, 1, 64 << 20, 0).map(|m| m.url.to_string()), expected, "node {me}");
         }
+    }
+
+    #[test]
+    fn an_owner_names_a_group_hot_and_askers_then_spread_over_its_servers() {
+        let (target, version, size) = ("/big.iso", 7, 64 << 20);
+        let nodes: Vec<Peers> = (1..=5).map(peers).collect();
+        let node = |u: &str| &nodes[(1..=5).position(|i| url(i) == u).unwrap()];
+        let mut to_replicas = 0;
+        for g in 0..64u64 {
+            let at = g << 20;
+            let owner = nodes[0].owner(target, version, size, at).map_or(url(1), |m| m.url.to_string());
+            let others = || nodes.iter().filter(|n| *n.me != *owner);
+            assert!(others().all(|n| !n.answered_ask(target, version, size, at)), "only the owner counts");
+            let hot: Vec<bool> = (0..3).map(|_| node(&owner).answered_ask(target, version, size, at)).collect();
+            assert_eq!(hot, [false, true, true], "group {g}: hot from the second ask on");
+            for n in others() {
+                let m = n.source(target, version, size, at, true).unwrap();
+                assert!(!m.replica && *m.url == *owner, "not known hot yet: the owner");
+                n.learn_hot(version, size, at);
+            }
+            for n in others() {
+                let m = n.source(target, version, size, at, true).unwrap();
+                let to = n.owner(target, version, size, at).unwrap();
+                assert_eq!(*to.url, *owner, "without spread, always the owner");
+                if m.replica {
+                    to_replicas += 1;
+                    assert_ne!(*m.url, *owner);
+                    // The replica itself asks the owner.
+                    let from = node(&m.url).source(target, version, size, at, true).unwrap();
+                    assert!(!from.replica && *from.url == *owner, "group {g}: a replica asks the owner");
+                }
+            }
+        }
+        assert!(to_replicas > 64, "asks of hot groups went to replicas {to_replicas} times of 256");
+    }
+
+    #[test]
+    fn a_members_ask_waits_only_on_fetches_nearer_the_origin() {
+        use Upstream::*;
+        let mut h = HeaderMap::new();
+        assert_eq!(Upstream::for_request(&h), Owner);
+        h.insert(PEER_HEADER, HeaderValue::from_static(ASK_OWNER));
+        assert_eq!(Upstream::for_request(&h), Origin);
+        h.insert(PEER_HEADER, HeaderValue::from_static(ASK_REPLICA));
+        assert_eq!(Upstream::for_request(&h), OwnerOnly);
+        let waits = |u: Upstream| [Via::Origin, Via::Owner, Via::Replica].map(|v| u.may_wait_on(v));
+        assert_eq!(waits(Owner), [true, true, true]);
+        assert_eq!(waits(OwnerOnly), [true, true, false]);
+        assert_eq!(waits(Origin), [true, false, false]);
+        // Only a client's fetch meant for a replica may go to one.
+        assert_eq!([Via::Origin, Via::Owner, Via::Replica].map(|v| Owner.to_fetch(v)), [OwnerOnly, OwnerOnly, Owner]);
+        assert_eq!([Via::Origin, Via::Owner, Via::Replica].map(|v| OwnerOnly.to_fetch(v)), [OwnerOnly; 3]);
+        assert_eq!(Origin.to_fetch(Via::Origin), Origin);
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! stream of a version whose tree is known) and from the origin's own
 //! answers relayed.
 
-use crate::{Answer, Object, OriginBlocks, OriginTier, body, client, metrics, rfc9111, source::OriginResponse};
+use crate::{
+    Answer, Object, OriginBlocks, OriginTier, body, client, metrics, peers::Upstream, rfc9111, source::OriginResponse,
+};
 use circus_core::FileId;
 use circus_http::{
     HttpError, ResBody, empty, full,
@@ -130,6 +132,13 @@ impl OriginTier {
             Ranges::Whole | Ranges::Parts(_) => (0, size - 1),
         };
         let len = if size == 0 { 0 } else { end - start + 1 };
+        let upstream = Upstream::for_request(h);
+        if upstream == Upstream::Origin
+            && let Some(peers) = &self.peers
+            && peers.answered_ask(&obj.target, obj.version, size, start)
+        {
+            res.headers_mut().insert(crate::HOT_HEADER, HeaderValue::from_static("1"));
+        }
         res.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(len));
         res.headers_mut().insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
         if head || len == 0 {
@@ -145,7 +154,7 @@ impl OriginTier {
             *res.body_mut() = full(bytes.slice((start - off) as usize..=(end - off) as usize));
             return res.into();
         }
-        *res.body_mut() = body::range(self.clone(), obj.clone(), start, end, crate::peers::Upstream::for_request(h));
+        *res.body_mut() = body::range(self.clone(), obj.clone(), start, end, upstream);
         res.into()
     }
 

@@ -245,6 +245,10 @@ pub struct Settings {
     /// Time between two health probes of each member (default 1s).
     #[arg(long, value_name = "TIME")]
     pub peer_probe: Option<Span>,
+    /// Asks of one group its owner answers before the group is hot and
+    /// the next members of its ranking serve it too (default 8; 0: never).
+    #[arg(long, value_name = "N")]
+    pub peer_hot_after: Option<u32>,
 }
 
 impl Settings {
@@ -387,6 +391,7 @@ impl Settings {
             self.peer_group.is_some(),
             self.peer_probe.is_some(),
             self.peer_resolve.is_some(),
+            self.peer_hot_after.is_some(),
         ];
         if cfg.origin.is_none() && peer_settings.contains(&true) {
             return Err(ConfigError::Peers("a cluster shares an origin: give --origin too".into()));
@@ -415,13 +420,7 @@ impl Settings {
             if !members.contains(&me) {
                 return Err(ConfigError::Peers(format!("--peer-self {me} is not one of --peers")));
             }
-            o.peers = Some(PeerConfig {
-                members,
-                me,
-                refresh: None,
-                group_bytes: 4 << 20,
-                probe_interval: Duration::from_secs(1),
-            });
+            o.peers = Some(PeerConfig::new(members, me, None));
         }
         if let Some(name) = &self.peers_dns {
             let dns = parse_dns_members(name)?;
@@ -435,8 +434,7 @@ impl Settings {
                 return Err(ConfigError::Peers(format!("--peers-dns {name}: the name has no address")));
             }
             let refresh: Option<(Arc<dyn MemberSource>, Duration)> = Some((Arc::new(dns), Duration::from_secs(10)));
-            o.peers =
-                Some(PeerConfig { members, me, refresh, group_bytes: 4 << 20, probe_interval: Duration::from_secs(1) });
+            o.peers = Some(PeerConfig::new(members, me, refresh));
         }
         if let Some(every) = self.peer_resolve {
             // Onto a --peers-dns of this layer or of one below it.
@@ -452,15 +450,22 @@ impl Settings {
             if let Some(t) = self.peer_probe {
                 p.probe_interval = t.0;
             }
+            if let Some(n) = self.peer_hot_after {
+                p.hot_after = n;
+            }
             if p.group_bytes == 0 || !p.group_bytes.is_multiple_of(u64::from(o.block_size)) {
                 return Err(ConfigError::Peers(format!(
                     "--peer-group ({}) must be a multiple of --origin-block ({})",
                     p.group_bytes, o.block_size
                 )));
             }
-        } else if self.peer_self.is_some() || self.peer_group.is_some() || self.peer_probe.is_some() {
+        } else if self.peer_self.is_some()
+            || self.peer_group.is_some()
+            || self.peer_probe.is_some()
+            || self.peer_hot_after.is_some()
+        {
             return Err(ConfigError::Peers(
-                "--peer-self, --peer-group and --peer-probe need --peers or --peers-dns".into(),
+                "--peer-self, --peer-group, --peer-probe and --peer-hot-after need --peers or --peers-dns".into(),
             ));
         }
         Ok(())
@@ -729,15 +734,15 @@ mod tests {
             assert!(e.contains(why), "{argv:?}: {e}");
         }
         let file = Settings::parse(
-            "origin = \"http://o/\"\npeers = [\"http://a:1\", \"http://b:1\"]\npeer_self = \"http://b:1\"\npeer_group = \"8MiB\"\npeer_probe = \"250ms\"\n",
+            "origin = \"http://o/\"\npeers = [\"http://a:1\", \"http://b:1\"]\npeer_self = \"http://b:1\"\npeer_group = \"8MiB\"\npeer_probe = \"250ms\"\npeer_hot_after = 3\n",
         )
         .unwrap();
         let mut cfg = ServeConfig::new("/srv".into());
         file.apply(&mut cfg).unwrap();
         let peers = cfg.origin.unwrap().peers.unwrap();
         assert_eq!(
-            (peers.me.to_string().as_str(), peers.group_bytes, peers.probe_interval),
-            ("http://b:1/", 8 << 20, Duration::from_millis(250))
+            (peers.me.to_string().as_str(), peers.group_bytes, peers.probe_interval, peers.hot_after),
+            ("http://b:1/", 8 << 20, Duration::from_millis(250), 3)
         );
         // Members ask each other without the clients' signatures.
         let private = Settings::parse(
