@@ -160,6 +160,22 @@ fn download(addrs: &[String]) -> (Vec<u8>, usize) {
     panic!("no node finished the download ({} bytes)", body.len());
 }
 
+/// GETs `/big.bin` from `addr` with the `extra` fields: status and body.
+fn get_with(addr: &str, extra: &[(&str, &str)]) -> (u16, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut req = "GET /big.bin HTTP/1.1\r\nhost: test\r\nconnection: close\r\n".to_owned();
+    for (n, v) in extra {
+        req += &format!("{n}: {v}\r\n");
+    }
+    s.write_all(format!("{req}\r\n").as_bytes()).unwrap();
+    let mut r = BufReader::new(s);
+    let (status, _) = common::read_fields(&mut r);
+    let mut body = Vec::new();
+    r.read_to_end(&mut body).unwrap();
+    (status, body)
+}
+
 /// Nine clients spread over three `nodes`, none cut off, each gets `obj`
 /// whole, and `origin` sends it exactly once.
 fn nine_clients_cost_one_copy(nodes: &[common::ServerProc], obj: &Arc<Vec<u8>>, origin: &Origin) {
@@ -238,25 +254,71 @@ fn a_node_killed_mid_crowd_costs_at_most_its_share_again() {
 }
 
 /// Stores far smaller than the object, so each download asks the owners
-/// again: from its second ask of a group on, the owner says the group is
-/// hot, and the member outside the group's servers then spreads its asks
-/// over the owner and the two replicas, which ask the owner in turn.
+/// again: from the second pass over a group on, its owner says the group
+/// is hot, and the member outside the group's servers then spreads its
+/// asks over the owner and the two replicas, which ask the owner in turn.
+/// Downloads run four at a time, one per node, so members ask each other
+/// at once.
 #[test]
 fn a_hot_group_is_served_by_its_replicas_too() {
     let obj = Arc::new(data(12 << 20));
     let origin = start_origin(obj.clone(), Duration::ZERO);
     let nodes = cluster(&origin, 4, &["--cache", "8MiB", "--peer-hot-after", "2"]);
     for round in 0..3 {
-        for n in &nodes {
-            let (body, _) = download(std::slice::from_ref(&n.addr));
-            assert!(body == *obj, "round {round}, {}: other bytes ({} of {})", n.addr, body.len(), obj.len());
+        let clients: Vec<_> = nodes
+            .iter()
+            .map(|n| {
+                let addr = n.addr.clone();
+                thread::spawn(move || download(std::slice::from_ref(&addr)))
+            })
+            .collect();
+        for c in clients {
+            let (body, resumes) = c.join().unwrap();
+            assert!(body == *obj, "round {round}: other bytes ({} of {})", body.len(), obj.len());
+            assert_eq!(resumes, 0);
         }
     }
     let m = |name: &str| nodes.iter().map(|n| common::metric(&n.admin, name)).sum::<f64>();
-    let (asks, as_replica) = (m("circus_peer_served_requests_total"), m("circus_peer_replica_served_requests_total"));
+    let (asks, as_replica) =
+        (m("circus_peer_served_requests_total"), m("circus_peer_replica_served_requests_total"));
     eprintln!("{as_replica} of {asks} asks between members went to replicas of hot groups");
     assert!(as_replica > 0.0, "no member asked a replica ({asks} asks in all)");
-    assert!(as_replica < asks, "replicas ask the owners");
+}
+
+/// With --peer-key, members prove their asks to each other. A private
+/// prefix (a bearer token) is then served by the cluster: owners answer
+/// members, which carry no token, and the origin sends one copy. A client
+/// that marks its request as a member's is still a client: it needs the
+/// token, and is counted.
+#[test]
+fn with_a_key_members_prove_themselves_and_clients_cannot_pose_as_members() {
+    let obj = Arc::new(data(12 << 20));
+    let origin = start_origin(obj.clone(), Duration::ZERO);
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("circus.toml");
+    std::fs::write(&conf, "[[private]]\nprefix = \"/\"\ntokens = [\"a-token\"]\n").unwrap();
+    let conf = conf.to_str().unwrap();
+    let nodes = cluster(&origin, 3, &["--cache", "64MiB", "--peer-key", "members-only", "--config", conf]);
+    for n in &nodes {
+        let (status, body) = get_with(&n.addr, &[("authorization", "Bearer a-token")]);
+        assert_eq!(status, 200, "{}", n.addr);
+        assert!(body == *obj, "{}: other bytes ({} of {})", n.addr, body.len(), obj.len());
+    }
+    let sent = origin.sent.load(Ordering::SeqCst);
+    assert_eq!(sent, obj.len() as u64, "the origin sent {sent} bytes for an object of {}", obj.len());
+    for n in &nodes {
+        let asked = common::metric(&n.admin, "circus_peer_served_requests_total");
+        assert!(asked > 0.0, "{}: no member's proof held", n.addr);
+    }
+    let posing: [&[(&str, &str)]; 2] =
+        [&[("circus-peer", "1")], &[("circus-peer", "1"), ("circus-peer-auth", "1764201600.00")]];
+    let before = common::metric(&nodes[0].admin, "circus_peer_served_requests_total");
+    for extra in posing {
+        let (status, _) = get_with(&nodes[0].addr, extra);
+        assert_eq!(status, 403, "{extra:?}: a client posing as a member still needs the token");
+    }
+    assert_eq!(common::metric(&nodes[0].admin, "circus_peer_unproven_requests_total"), 2.0);
+    assert_eq!(common::metric(&nodes[0].admin, "circus_peer_served_requests_total"), before);
 }
 
 /// Members from DNS: every node runs in a mount namespace of its own whose

@@ -5,7 +5,9 @@
 
 use crate::client::content_range;
 use crate::{
-    Lookup, Object, OriginTier, integrity, metrics,
+    Lookup, Object, OriginTier,
+    fetch::Via,
+    integrity, metrics,
     peers::{Peers, Upstream},
     respond::{forwarded, whole},
     rfc9111,
@@ -131,7 +133,8 @@ impl OriginTier {
             if layout.offset(last) + u64::from(layout.block_len(last)) != last_byte + 1 {
                 return Lookup::Failed(ReadError::origin("origin answered a range that ends inside a block"));
             }
-            let fetches = self.register(&obj, 0, last);
+            let via = if peer.is_some() { Via::Owner } else { Via::Origin };
+            let fetches = self.register(&obj, 0, last, via);
             self.spawn_fetch(obj.clone(), 0, fetches, Some((res, peer)), Upstream::Owner);
         }
         self.store.put_object(target, obj.clone());

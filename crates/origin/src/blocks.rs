@@ -150,12 +150,13 @@ impl OriginTier {
         }
     }
 
-    /// Registers fetches for `first..=last` of a version nobody else knows yet.
-    pub(crate) fn register(&self, obj: &Object, first: u32, last: u32) -> Vec<Arc<BlockFetch>> {
+    /// Registers fetches for `first..=last` of a version nobody else knows
+    /// yet, coming `via` the origin or a member.
+    pub(crate) fn register(&self, obj: &Object, first: u32, last: u32, via: Via) -> Vec<Arc<BlockFetch>> {
         let mut inflight = self.inflight.lock().expect("inflight lock");
         (first..=last)
             .map(|b| {
-                let fetch = Arc::new(BlockFetch::new(obj.layout.block_len(b), Via::Origin));
+                let fetch = Arc::new(BlockFetch::new(obj.layout.block_len(b), via));
                 inflight.insert((obj.version, b), fetch.clone());
                 fetch
             })
@@ -285,16 +286,26 @@ impl OriginTier {
         upstream: Upstream,
     ) -> Result<(OriginResponse, Option<Arc<str>>), ReadError> {
         let headers = obj.fetch_headers(start, end);
-        if upstream != Upstream::Origin {
-            let spread = upstream == Upstream::Owner;
+        // A client's fetch may go to a hot group's replica; when that fails
+        // behind the replica, the owner is asked before the origin.
+        let tries: &[bool] = match upstream {
+            Upstream::Owner => &[true, false],
+            Upstream::OwnerOnly => &[false],
+            Upstream::Origin => &[],
+        };
+        for &spread in tries {
             let source = |p: &Peers| p.source(&obj.target, obj.version, obj.size, start, spread);
+            let to_replica = self.peers.as_deref().and_then(source).is_some_and(|m| m.replica);
             if let Some((res, m)) = self.ask_member(&obj.target, headers.clone(), source).await? {
-                if res.headers.contains_key(crate::hot::HOT_HEADER)
-                    && let Some(p) = &self.peers
-                {
+                let hot = res.headers.contains_key(crate::hot::HOT_HEADER);
+                let res = check_part(obj, res, start, end)?;
+                if hot && let Some(p) = &self.peers {
                     p.learn_hot(obj.version, obj.size, start);
                 }
-                return Ok((check_part(obj, res, start, end)?, Some(m)));
+                return Ok((res, Some(m)));
+            }
+            if !to_replica {
+                break;
             }
         }
         self.metrics.origin_requests.inc();

@@ -53,6 +53,7 @@ mod integrity;
 mod leaves;
 mod metrics;
 mod object;
+mod peer_auth;
 mod peer_first;
 mod peers;
 mod respond;
@@ -66,7 +67,8 @@ mod tls;
 pub use blocks::OriginBlocks;
 pub use error::SetupError;
 pub use hot::HOT_HEADER;
-pub use peers::{DnsMembers, MemberSource, PEER_HEADER, PROBE_PATH, PeerConfig};
+pub use peer_auth::{PEER_AUTH_HEADER, PeerKey};
+pub use peers::{DnsMembers, MemberClaim, MemberSource, PEER_HEADER, PROBE_PATH, PeerConfig};
 pub use source::{OriginSource, S3Config};
 
 use bytes::Bytes;
@@ -299,6 +301,25 @@ impl OriginTier {
             native_block,
             natives: Mutex::default(),
         })
+    }
+
+    /// Whether a request with headers `h` for `target` (as the client sent
+    /// it) comes from a member: one marked as a member's that this tier
+    /// does not take as one (no cluster, or no proof of the cluster's key)
+    /// is counted, and its caller serves it as a client's, without the
+    /// mark.
+    pub fn member_claim(&self, target: &str, h: &HeaderMap) -> MemberClaim {
+        if !h.contains_key(PEER_HEADER) {
+            return MemberClaim::Client;
+        }
+        let claim = match (&self.peers, target::normalize(target)) {
+            (Some(peers), Ok(target)) => peers.claim(&target, h),
+            _ => MemberClaim::Impostor,
+        };
+        if claim == MemberClaim::Impostor {
+            self.metrics.peer_refused.inc();
+        }
+        claim
     }
 
     /// Answers a GET or HEAD for `req`'s target.

@@ -25,6 +25,8 @@ pub struct OriginMetrics {
     /// sent to it as a hot group's replica.
     pub peer_served: Counter,
     pub replica_served: Counter,
+    /// Requests marked as a member's without its proof.
+    pub peer_refused: Counter,
     /// Members live in this node's view, itself included.
     pub live_peers: Gauge,
     pub resident: Gauge,
@@ -100,6 +102,11 @@ impl OriginMetrics {
             "circus_peer_replica_served_requests",
             "Requests other members sent this node as a replica of a hot group",
             m.replica_served.clone(),
+        );
+        r.register(
+            "circus_peer_unproven_requests",
+            "Requests marked as a member's without the cluster key's proof, served as clients'",
+            m.peer_refused.clone(),
         );
         r.register("circus_peers_live", "Members live in this node's view, itself included", m.live_peers.clone());
         r.register("circus_origin_resident_bytes", "Bytes held by the origin tier's store", m.resident.clone());

@@ -14,14 +14,16 @@ use std::{sync::Arc, time::SystemTime};
 /// The fields of an origin response a cache stores and replays (RFC 9111
 /// §3.1): all but the hop-by-hop ones, Content-Length and Accept-Ranges
 /// (set per response by the tier, which serves ranges of every stored
-/// object) and Age (computed per response). A part's Content-Range is
-/// taken off by the caller, which knows the status.
+/// object), Age (computed per response) and a cluster owner's word that
+/// a group is hot (about one group, between two members). A part's
+/// Content-Range is taken off by the caller, which knows the status.
 fn end_to_end(res: &HeaderMap) -> HeaderMap {
     let mut h = res.clone();
     client::strip_hop_by_hop(&mut h);
     for name in [header::CONTENT_LENGTH, header::ACCEPT_RANGES, header::AGE] {
         h.remove(name);
     }
+    h.remove(crate::HOT_HEADER);
     h
 }
 

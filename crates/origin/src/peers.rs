@@ -34,7 +34,14 @@
 //! liveness, and as members are named by URL, one that comes or goes moves
 //! only the groups it takes or held.
 
-use crate::{OriginTier, SetupError, client::OriginClient, fetch::Via, hot::HotGroups, source::OriginResponse};
+use crate::{
+    OriginTier, SetupError,
+    client::OriginClient,
+    fetch::Via,
+    hot::HotGroups,
+    peer_auth::{PEER_AUTH_HEADER, PeerKey},
+    source::OriginResponse,
+};
 use circus_cluster::{MemberId, Membership, ObjectKey, ObjectPlacement, PlacementConfig};
 use circus_store::ReadError;
 use futures_util::future::BoxFuture;
@@ -119,13 +126,24 @@ pub struct PeerConfig {
     /// group is hot, so that they spread their next asks over the owner
     /// and its replicas; 0: never.
     pub hot_after: u32,
+    /// The key members prove themselves with (see `peer_auth`); `None`:
+    /// any request marked as a member's is taken as one.
+    pub key: Option<PeerKey>,
 }
 
 impl PeerConfig {
     /// The members, this node, and where the list is looked up again;
     /// groups of 4 MiB, a probe a second, hot after 8 asks.
     pub fn new(members: Vec<Uri>, me: Uri, refresh: Option<(Arc<dyn MemberSource>, Duration)>) -> Self {
-        PeerConfig { members, me, refresh, group_bytes: 4 << 20, probe_interval: Duration::from_secs(1), hot_after: 8 }
+        PeerConfig {
+            members,
+            me,
+            refresh,
+            group_bytes: 4 << 20,
+            probe_interval: Duration::from_secs(1),
+            hot_after: 8,
+            key: None,
+        }
     }
 }
 
@@ -184,6 +202,20 @@ pub(crate) enum Upstream {
     Origin,
 }
 
+/// Whether a request comes from a member of the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberClaim {
+    /// Not marked as a member's.
+    Client,
+    /// Marked, in a cluster without a key: taken at its word.
+    Trusted,
+    /// Marked, with the proof of the cluster's key.
+    Proven,
+    /// Marked, without the proof the cluster's key asks for (or without a
+    /// cluster): served as a client's.
+    Impostor,
+}
+
 /// [`PEER_HEADER`]'s value on an ask of a group's owner.
 const ASK_OWNER: &str = "1";
 
@@ -225,11 +257,13 @@ impl Upstream {
         }
     }
 
-    /// The upstream of a fetch asked `via` for a body fetched for this:
-    /// only a fetch meant for a replica may go to one.
+    /// Where a fetch labelled `via` for a body fetched for this goes: where
+    /// its label says, even if the view changes before it is sent (who
+    /// waits on it was decided by the label), and only a fetch meant for a
+    /// replica may go to one.
     pub(crate) fn to_fetch(self, via: Via) -> Upstream {
         match (self, via) {
-            (Upstream::Origin, _) => Upstream::Origin,
+            (Upstream::Origin, _) | (_, Via::Origin) => Upstream::Origin,
             (Upstream::Owner, Via::Replica) => Upstream::Owner,
             _ => Upstream::OwnerOnly,
         }
@@ -280,6 +314,7 @@ pub(crate) struct Peers {
     timeout: Duration,
     refresh: Option<(Arc<dyn MemberSource>, Duration)>,
     hot: HotGroups,
+    key: Option<PeerKey>,
 }
 
 /// A member's name: its base URL without the trailing slash.
@@ -313,6 +348,7 @@ impl Peers {
             timeout,
             refresh: cfg.refresh.clone(),
             hot: HotGroups::new(cfg.hot_after),
+            key: cfg.key.clone(),
         };
         peers.replace(&cfg.members)?;
         if peers.view.read().expect("peers lock").me.is_none() {
@@ -440,9 +476,14 @@ impl Peers {
         self.source(target, version, size, offset, false)
     }
 
-    /// Counts a member's ask this node answers for the group holding byte
-    /// `offset`, when it owns that group; whether the group is hot now.
+    /// Counts a member's ask this node answers from byte `offset` on, when
+    /// it owns the group holding it and the ask starts the group (a member
+    /// reading a group asks for it a few blocks at a time: one pass, one
+    /// count); whether the group is hot now.
     pub(crate) fn answered_ask(&self, target: &str, version: u64, size: u64, offset: u64) -> bool {
+        if !offset.is_multiple_of(self.group_bytes(size)) {
+            return false;
+        }
         let view = self.view.read().expect("peers lock");
         let Some((table, group)) = self.placed(&view, target, version, size, offset) else { return false };
         view.me == Some(table.owner(group)) && self.hot.asked(version, group)
@@ -546,10 +587,36 @@ impl Peers {
         }
     }
 
+    /// Adds this node's proof for a request of `target` to `h`, when the
+    /// cluster has a key.
+    fn prove(&self, target: &str, h: &mut HeaderMap) {
+        if let Some(key) = &self.key {
+            h.insert(PEER_AUTH_HEADER, key.sign(target, std::time::SystemTime::now()));
+        }
+    }
+
+    /// What a request with headers `h` for `target` (normalised) is as far
+    /// as membership goes.
+    pub(crate) fn claim(&self, target: &str, h: &HeaderMap) -> MemberClaim {
+        if !h.contains_key(PEER_HEADER) {
+            return MemberClaim::Client;
+        }
+        let proof = h.get(PEER_AUTH_HEADER);
+        match (&self.key, proof) {
+            (None, _) => MemberClaim::Trusted,
+            // A front's health check (HAProxy's) proves nothing, and a
+            // probe's answer says nothing but that this tier is live.
+            (Some(_), None) if target == PROBE_PATH => MemberClaim::Trusted,
+            (Some(key), Some(proof)) if key.verify(target, proof, std::time::SystemTime::now()) => MemberClaim::Proven,
+            (Some(_), _) => MemberClaim::Impostor,
+        }
+    }
+
     /// How a member answers its probe within the interval.
     async fn probe(&self, client: &OriginClient) -> Probe {
         let mut h = HeaderMap::new();
         h.insert(PEER_HEADER, HeaderValue::from_static("probe"));
+        self.prove(PROBE_PATH, &mut h);
         let ask = client.head(PROBE_PATH, &h);
         let wait = self.probe_interval.max(MIN_PROBE);
         match tokio::time::timeout(wait, ask).await {
@@ -580,6 +647,7 @@ impl OriginTier {
             let Some(m) = owner(peers) else { return Ok(None) };
             let ask = if m.replica { ASK_REPLICA } else { ASK_OWNER };
             headers.insert(PEER_HEADER, HeaderValue::from_static(ask));
+            peers.prove(target, &mut headers);
             self.metrics.peer_requests.inc();
             match m.client.get(target, &headers).await {
                 Ok(res) if res.status().is_server_error() => {
@@ -629,6 +697,7 @@ mod tests {
             group_bytes: 1 << 20,
             probe_interval: Duration::from_secs(1),
             hot_after: 2,
+            key: None,
         }
     }
 
@@ -700,6 +769,8 @@ mod tests {
             let owner = nodes[0].owner(target, version, size, at).map_or(url(1), |m| m.url.to_string());
             let others = || nodes.iter().filter(|n| *n.me != *owner);
             assert!(others().all(|n| !n.answered_ask(target, version, size, at)), "only the owner counts");
+            let within = at + (256 << 10);
+            assert!((0..5).all(|_| !node(&owner).answered_ask(target, version, size, within)), "one pass, one count");
             let hot: Vec<bool> = (0..3).map(|_| node(&owner).answered_ask(target, version, size, at)).collect();
             assert_eq!(hot, [false, true, true], "group {g}: hot from the second ask on");
             for n in others() {
@@ -737,9 +808,14 @@ mod tests {
         assert_eq!(waits(OwnerOnly), [true, true, false]);
         assert_eq!(waits(Origin), [true, false, false]);
         // Only a client's fetch meant for a replica may go to one.
-        assert_eq!([Via::Origin, Via::Owner, Via::Replica].map(|v| Owner.to_fetch(v)), [OwnerOnly, OwnerOnly, Owner]);
-        assert_eq!([Via::Origin, Via::Owner, Via::Replica].map(|v| OwnerOnly.to_fetch(v)), [OwnerOnly; 3]);
-        assert_eq!(Origin.to_fetch(Via::Origin), Origin);
+        // A fetch goes where its label says: to the origin, an owner, or
+        // (only a client's fetch meant for one) a replica.
+        assert_eq!([Via::Origin, Via::Owner, Via::Replica].map(|v| Owner.to_fetch(v)), [Origin, OwnerOnly, Owner]);
+        assert_eq!(
+            [Via::Origin, Via::Owner, Via::Replica].map(|v| OwnerOnly.to_fetch(v)),
+            [Origin, OwnerOnly, OwnerOnly]
+        );
+        assert_eq!([Via::Origin, Via::Owner, Via::Replica].map(|v| Origin.to_fetch(v)), [Origin; 3]);
     }
 
     #[test]

@@ -134,6 +134,7 @@ impl OriginTier {
         let len = if size == 0 { 0 } else { end - start + 1 };
         let upstream = Upstream::for_request(h);
         if upstream == Upstream::Origin
+            && !head
             && let Some(peers) = &self.peers
             && peers.answered_ask(&obj.target, obj.version, size, start)
         {

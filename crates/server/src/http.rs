@@ -16,7 +16,7 @@ use circus_http::{
     HttpError, ResBody, full,
     rfc9110::{self, Conditionals, Precondition, Ranges, Validators},
 };
-use circus_origin::Answer;
+use circus_origin::{Answer, MemberClaim, PEER_AUTH_HEADER, PEER_HEADER};
 use circus_proto::{CONTENT_TYPE as NATIVE_TYPE, NEED_HEADER};
 use circus_store::{FileEntry, FileIndex};
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Version, header};
@@ -33,7 +33,23 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let now = std::time::SystemTime::now();
-    let private = match state.private.check(req.uri().path(), req.uri().query(), req.headers(), now) {
+    let claim = match &state.origin {
+        Some(tier) => tier.member_claim(req.uri().path_and_query().map_or("/", |p| p.as_str()), req.headers()),
+        None if req.headers().contains_key(PEER_HEADER) => MemberClaim::Impostor,
+        None => MemberClaim::Client,
+    };
+    if claim == MemberClaim::Impostor {
+        req.headers_mut().remove(PEER_HEADER);
+        req.headers_mut().remove(PEER_AUTH_HEADER);
+    }
+    // A member proved by the cluster's key asks for what its own client
+    // proved its right to (private prefixes need a key in a cluster).
+    let checked = if claim == MemberClaim::Proven {
+        Ok(Access::Public)
+    } else {
+        state.private.check(req.uri().path(), req.uri().query(), req.headers(), now)
+    };
+    let private = match checked {
         Ok(Access::Public) => false,
         Ok(Access::Granted { by_token }) => {
             admitted(&mut req, by_token);

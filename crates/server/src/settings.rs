@@ -8,7 +8,7 @@ use crate::{
     listen::{Listen, Switch},
 };
 use circus_core::{ByteSize, Span};
-use circus_origin::{DnsMembers, MemberSource, OriginConfig, OriginSource, PeerConfig, S3Config};
+use circus_origin::{DnsMembers, MemberSource, OriginConfig, OriginSource, PeerConfig, PeerKey, S3Config};
 use circus_sched::{Favor, PolicyKind};
 use serde::Deserialize;
 use std::{path::PathBuf, sync::Arc, time::Duration};
@@ -249,6 +249,12 @@ pub struct Settings {
     /// the next members of its ranking serve it too (default 8; 0: never).
     #[arg(long, value_name = "N")]
     pub peer_hot_after: Option<u32>,
+    /// A secret every member shares (env:NAME, file:PATH or the text):
+    /// members prove their requests to each other with it, and a request
+    /// marked as a member's without that proof is served as a client's.
+    /// Needed for [[private]] prefixes in a cluster.
+    #[arg(long, value_name = "SECRET")]
+    pub peer_key: Option<String>,
 }
 
 impl Settings {
@@ -380,9 +386,12 @@ impl Settings {
                 )));
             }
         }
-        if cfg.origin.as_ref().is_some_and(|o| o.peers.is_some()) && !cfg.private.is_empty() {
-            // Members ask each other without the client's signature or token.
-            return Err(ConfigError::Peers("[[private]] prefixes are not served by a cluster yet".into()));
+        if cfg.origin.as_ref().and_then(|o| o.peers.as_ref()).is_some_and(|p| p.key.is_none())
+            && !cfg.private.is_empty()
+        {
+            // Members ask each other without the client's signature or
+            // token: only a proof of the cluster's key may stand for them.
+            return Err(ConfigError::Peers("[[private]] prefixes in a cluster need --peer-key".into()));
         }
         let peer_settings = [
             self.peers.is_some(),
@@ -392,6 +401,7 @@ impl Settings {
             self.peer_probe.is_some(),
             self.peer_resolve.is_some(),
             self.peer_hot_after.is_some(),
+            self.peer_key.is_some(),
         ];
         if cfg.origin.is_none() && peer_settings.contains(&true) {
             return Err(ConfigError::Peers("a cluster shares an origin: give --origin too".into()));
@@ -453,6 +463,9 @@ impl Settings {
             if let Some(n) = self.peer_hot_after {
                 p.hot_after = n;
             }
+            if let Some(secret) = &self.peer_key {
+                p.key = Some(PeerKey::new(&crate::private::secret(secret)?));
+            }
             if p.group_bytes == 0 || !p.group_bytes.is_multiple_of(u64::from(o.block_size)) {
                 return Err(ConfigError::Peers(format!(
                     "--peer-group ({}) must be a multiple of --origin-block ({})",
@@ -463,9 +476,11 @@ impl Settings {
             || self.peer_group.is_some()
             || self.peer_probe.is_some()
             || self.peer_hot_after.is_some()
+            || self.peer_key.is_some()
         {
             return Err(ConfigError::Peers(
-                "--peer-self, --peer-group, --peer-probe and --peer-hot-after need --peers or --peers-dns".into(),
+                "--peer-self, --peer-group, --peer-probe, --peer-hot-after and --peer-key need --peers or --peers-dns"
+                    .into(),
             ));
         }
         Ok(())
@@ -744,14 +759,21 @@ mod tests {
             (peers.me.to_string().as_str(), peers.group_bytes, peers.probe_interval, peers.hot_after),
             ("http://b:1/", 8 << 20, Duration::from_millis(250), 3)
         );
-        // Members ask each other without the clients' signatures.
-        let private = Settings::parse(
-            "origin = \"http://o/\"\npeers = [\"http://a:1\"]\npeer_self = \"http://a:1\"\n\
-             [[private]]\nprefix = \"/models/\"\ntokens = [\"a-token\"]\n",
-        )
-        .unwrap();
-        let e = private.apply(&mut ServeConfig::new("/srv".into())).unwrap_err().to_string();
-        assert!(e.contains("[[private]]"), "{e}");
+        // Members ask each other without the clients' signatures: only
+        // with a key that proves them.
+        let private = |key: &str| {
+            Settings::parse(&format!(
+                "origin = \"http://o/\"\npeers = [\"http://a:1\"]\npeer_self = \"http://a:1\"\n{key}\
+                 [[private]]\nprefix = \"/models/\"\ntokens = [\"a-token\"]\n"
+            ))
+            .unwrap()
+            .apply(&mut ServeConfig::new("/srv".into()))
+        };
+        let e = private("").unwrap_err().to_string();
+        assert!(e.contains("[[private]]") && e.contains("--peer-key"), "{e}");
+        private("peer_key = \"members-only\"\n").unwrap();
+        let e = private("peer_key = \"env:CIRCUS_TEST_UNSET_KEY\"\n").unwrap_err().to_string();
+        assert!(e.contains("CIRCUS_TEST_UNSET_KEY"), "{e}");
     }
 
     #[test]
