@@ -176,6 +176,23 @@ fn get_with(addr: &str, extra: &[(&str, &str)]) -> (u16, Vec<u8>) {
     (status, body)
 }
 
+/// POSTs `path` (no body) to `addr` with the `extra` fields: status and
+/// body.
+fn post(addr: &str, path: &str, extra: &[(&str, &str)]) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut req = format!("POST {path} HTTP/1.1\r\nhost: test\r\ncontent-length: 0\r\nconnection: close\r\n");
+    for (n, v) in extra {
+        req += &format!("{n}: {v}\r\n");
+    }
+    s.write_all(format!("{req}\r\n").as_bytes()).unwrap();
+    let mut r = BufReader::new(s);
+    let (status, _) = common::read_fields(&mut r);
+    let mut body = String::new();
+    r.read_to_string(&mut body).unwrap();
+    (status, body)
+}
+
 /// Nine clients spread over three `nodes`, none cut off, each gets `obj`
 /// whole, and `origin` sends it exactly once.
 fn nine_clients_cost_one_copy(nodes: &[common::ServerProc], obj: &Arc<Vec<u8>>, origin: &Origin) {
@@ -279,8 +296,7 @@ fn a_hot_group_is_served_by_its_replicas_too() {
         }
     }
     let m = |name: &str| nodes.iter().map(|n| common::metric(&n.admin, name)).sum::<f64>();
-    let (asks, as_replica) =
-        (m("circus_peer_served_requests_total"), m("circus_peer_replica_served_requests_total"));
+    let (asks, as_replica) = (m("circus_peer_served_requests_total"), m("circus_peer_replica_served_requests_total"));
     eprintln!("{as_replica} of {asks} asks between members went to replicas of hot groups");
     assert!(as_replica > 0.0, "no member asked a replica ({asks} asks in all)");
 }
@@ -289,7 +305,8 @@ fn a_hot_group_is_served_by_its_replicas_too() {
 /// prefix (a bearer token) is then served by the cluster: owners answer
 /// members, which carry no token, and the origin sends one copy. A client
 /// that marks its request as a member's is still a client: it needs the
-/// token, and is counted.
+/// token, and is counted. A purge on one node's admin listener reaches
+/// every member; one posing as a member's is refused.
 #[test]
 fn with_a_key_members_prove_themselves_and_clients_cannot_pose_as_members() {
     let obj = Arc::new(data(12 << 20));
@@ -319,6 +336,24 @@ fn with_a_key_members_prove_themselves_and_clients_cannot_pose_as_members() {
     }
     assert_eq!(common::metric(&nodes[0].admin, "circus_peer_unproven_requests_total"), 2.0);
     assert_eq!(common::metric(&nodes[0].admin, "circus_peer_served_requests_total"), before);
+    // Only a member's proof purges: the client posing as one is refused.
+    let (status, _) = post(&nodes[1].addr, "/.well-known/circus/purge?target=/big.bin", &[("circus-peer", "purge")]);
+    assert_eq!(status, 403);
+    // A purge on one node's admin listener reaches every member: the next
+    // crowd costs the origin a second copy, not none.
+    let (status, answer) = post(&nodes[0].admin, "/purge?target=/big.bin", &[]);
+    assert_eq!(status, 200, "{answer}");
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(answer["purged"], 1, "{answer}");
+    let members = answer["members"].as_array().unwrap_or_else(|| panic!("no members in {answer}"));
+    assert_eq!(members.len(), 2, "{answer}");
+    assert!(members.iter().all(|m| m["purged"] == 1), "{answer}");
+    for n in &nodes {
+        let (status, body) = get_with(&n.addr, &[("authorization", "Bearer a-token")]);
+        assert!(status == 200 && body == *obj, "{}: {status}, {} of {} bytes", n.addr, body.len(), obj.len());
+    }
+    let sent = origin.sent.load(Ordering::SeqCst);
+    assert_eq!(sent, 2 * obj.len() as u64, "after the purge, the origin sent {sent} bytes in all");
 }
 
 /// Members from DNS: every node runs in a mount namespace of its own whose

@@ -513,8 +513,8 @@ impl Peers {
         self.view.read().expect("peers lock").members.live_count()
     }
 
-    /// The other members, for probes.
-    fn others(&self) -> Vec<Member> {
+    /// The other members, for probes and purges.
+    pub(crate) fn others(&self) -> Vec<Member> {
         let view = self.view.read().expect("peers lock");
         (0..view.urls.len() as u32).map(MemberId).filter(|&m| Some(m) != view.me).map(|m| view.member(m)).collect()
     }
@@ -587,9 +587,14 @@ impl Peers {
         }
     }
 
+    /// Whether the cluster has a key its members prove requests with.
+    pub(crate) fn has_key(&self) -> bool {
+        self.key.is_some()
+    }
+
     /// Adds this node's proof for a request of `target` to `h`, when the
     /// cluster has a key.
-    fn prove(&self, target: &str, h: &mut HeaderMap) {
+    pub(crate) fn prove(&self, target: &str, h: &mut HeaderMap) {
         if let Some(key) = &self.key {
             h.insert(PEER_AUTH_HEADER, key.sign(target, std::time::SystemTime::now()));
         }

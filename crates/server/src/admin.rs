@@ -2,7 +2,8 @@
 //! monitoring use, apart from the content. `GET /metrics` and `GET
 //! /status`; with an origin tier, `POST /purge?target=T` or
 //! `?prefix=P` (what is stored for a target, or every target under a
-//! prefix, is forgotten: the next request asks the origin) and `POST
+//! prefix, is forgotten: the next request asks the origin; in a cluster
+//! with a key, on every member, each one's count in `members`) and `POST
 //! /prefetch?target=T` (the object is fetched whole into the store in the
 //! background: 202 at once). Answers are JSON. Bind it to loopback, or to
 //! a network only operators reach: it has no authentication of its own.
@@ -31,7 +32,7 @@ async fn handle<B>(state: &Arc<AppState>, req: Request<B>) -> Response<ResBody> 
         (&Method::GET, "/metrics") => observe::metrics(state).await,
         (&Method::GET, "/status") if observe::wants_page(req.headers()) => observe::status_page(),
         (&Method::GET, "/status") => observe::status(state).await,
-        (&Method::POST, "/purge") => purge(state, query).unwrap_or_else(|e| error_response(&e)),
+        (&Method::POST, "/purge") => purge(state, query).await.unwrap_or_else(|e| error_response(&e)),
         (&Method::POST, "/prefetch") => prefetch(state, query).unwrap_or_else(|e| error_response(&e)),
         (_, "/metrics" | "/status" | "/purge" | "/prefetch") => status_only(StatusCode::METHOD_NOT_ALLOWED),
         _ => error_response(&HttpError::NotFound),
@@ -47,14 +48,23 @@ fn tier(state: &AppState) -> Result<&Arc<circus_origin::OriginTier>, HttpError> 
     state.origin.as_ref().ok_or(HttpError::BadRequest("purge and prefetch apply to an origin tier (serve --origin)"))
 }
 
-fn purge(state: &AppState, query: &str) -> Result<Response<ResBody>, HttpError> {
-    let scope = match (param(query, "target"), param(query, "prefix")) {
-        (Some(t), None) => Purge::Target(t),
-        (None, Some(p)) => Purge::Prefix(p),
-        _ => return Err(HttpError::BadRequest("give ?target=/path or ?prefix=/path/")),
-    };
-    let purged = tier(state)?.purge(&scope)?;
-    Ok(json(StatusCode::OK, serde_json::json!({ "purged": purged })))
+/// Forgets the scope here and, in a cluster with a key, on every other
+/// member: what each forgot, or why it could not.
+async fn purge(state: &AppState, query: &str) -> Result<Response<ResBody>, HttpError> {
+    let scope = Purge::from_query(query)?;
+    let (purged, members) = tier(state)?.purge_everywhere(&scope).await?;
+    let mut answer = serde_json::json!({ "purged": purged });
+    if let Some(all) = members {
+        let members: Vec<serde_json::Value> = all
+            .into_iter()
+            .map(|m| match m.outcome {
+                Ok(n) => serde_json::json!({ "member": m.member, "purged": n }),
+                Err(e) => serde_json::json!({ "member": m.member, "error": e.to_string() }),
+            })
+            .collect();
+        answer["members"] = members.into();
+    }
+    Ok(json(StatusCode::OK, answer))
 }
 
 fn prefetch(state: &AppState, query: &str) -> Result<Response<ResBody>, HttpError> {

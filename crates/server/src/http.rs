@@ -16,7 +16,7 @@ use circus_http::{
     HttpError, ResBody, full,
     rfc9110::{self, Conditionals, Precondition, Ranges, Validators},
 };
-use circus_origin::{Answer, MemberClaim, PEER_AUTH_HEADER, PEER_HEADER};
+use circus_origin::{Answer, MemberClaim, PEER_AUTH_HEADER, PEER_HEADER, PURGE_PATH};
 use circus_proto::{CONTENT_TYPE as NATIVE_TYPE, NEED_HEADER};
 use circus_store::{FileEntry, FileIndex};
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Version, header};
@@ -41,6 +41,13 @@ where
     if claim == MemberClaim::Impostor {
         req.headers_mut().remove(PEER_HEADER);
         req.headers_mut().remove(PEER_AUTH_HEADER);
+    }
+    if let Some(tier) = &state.origin
+        && req.uri().path() == PURGE_PATH
+    {
+        let res = tier.purge_for_member(claim, req.method(), req.uri().query().unwrap_or(""));
+        state.metrics.count_response(res.status().as_u16());
+        return res;
     }
     // A member proved by the cluster's key asks for what its own client
     // proved its right to (private prefixes need a key in a cluster).
