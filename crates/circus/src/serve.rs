@@ -33,6 +33,7 @@ impl ServeArgs {
             anyhow::bail!("give either DIR or --origin, not both");
         }
         flags.apply(&mut cfg).context("invalid settings")?;
+        circus_server::settings::check_layers(&cfg).context("invalid settings")?;
         let root = flags.root.as_ref().or(from_file.root.as_ref());
         match (root, &cfg.origin) {
             (Some(_), Some(_)) => anyhow::bail!("give either a directory (DIR, root) or an origin, not both"),

@@ -176,20 +176,23 @@ fn get_with(addr: &str, extra: &[(&str, &str)]) -> (u16, Vec<u8>) {
     (status, body)
 }
 
-/// POSTs `path` (no body) to `addr` with the `extra` fields: status and
+/// `method path` (no body) to `addr` with the `extra` fields: status and
 /// body.
-fn post(addr: &str, path: &str, extra: &[(&str, &str)]) -> (u16, String) {
+fn call(addr: &str, method: &str, path: &str, extra: &[(&str, &str)]) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let mut req = format!("POST {path} HTTP/1.1\r\nhost: test\r\ncontent-length: 0\r\nconnection: close\r\n");
+    let mut req = format!("{method} {path} HTTP/1.1\r\nhost: test\r\ncontent-length: 0\r\nconnection: close\r\n");
     for (n, v) in extra {
         req += &format!("{n}: {v}\r\n");
     }
     s.write_all(format!("{req}\r\n").as_bytes()).unwrap();
     let mut r = BufReader::new(s);
-    let (status, _) = common::read_fields(&mut r);
+    let (status, fields) = common::read_fields(&mut r);
     let mut body = String::new();
-    r.read_to_string(&mut body).unwrap();
+    if method != "HEAD" {
+        let len: usize = fields.iter().find(|(n, _)| n == "content-length").map_or(0, |(_, v)| v.parse().unwrap());
+        r.take(len as u64).read_to_string(&mut body).unwrap();
+    }
     (status, body)
 }
 
@@ -218,6 +221,11 @@ fn a_crowd_over_three_nodes_costs_the_origin_one_copy() {
     let origin = start_origin(obj.clone(), Duration::ZERO);
     let nodes = cluster(&origin, 3, &["--cache", "64MiB"]);
     nine_clients_cost_one_copy(&nodes, &obj, &origin);
+    // Without a key, a purge cannot be proved to the other members, and
+    // says so.
+    let (status, answer) = call(&nodes[0].admin, "POST", "/purge?target=/big.bin", &[]);
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    assert!(status == 200 && answer["members"].is_null() && answer["note"].is_string(), "{status}: {answer}");
     // Every node asked the others for what it does not own, and the
     // origin bytes each counted add up to the one copy.
     let fetched: f64 = nodes.iter().map(|n| common::metric(&n.admin, "circus_origin_fetched_bytes_total")).sum();
@@ -323,10 +331,16 @@ fn with_a_key_members_prove_themselves_and_clients_cannot_pose_as_members() {
     }
     let sent = origin.sent.load(Ordering::SeqCst);
     assert_eq!(sent, obj.len() as u64, "the origin sent {sent} bytes for an object of {}", obj.len());
+    let asked: f64 = nodes.iter().map(|n| common::metric(&n.admin, "circus_peer_served_requests_total")).sum();
+    assert!(asked > 0.0, "no member's ask was taken as one");
     for n in &nodes {
-        let asked = common::metric(&n.admin, "circus_peer_served_requests_total");
-        assert!(asked > 0.0, "{}: no member's proof held", n.addr);
+        let unproven = common::metric(&n.admin, "circus_peer_unproven_requests_total");
+        assert_eq!(unproven, 0.0, "{}: a member's proof failed", n.addr);
     }
+    // A front's health check carries no proof, and is answered whatever
+    // the private prefixes.
+    let (status, _) = call(&nodes[0].addr, "HEAD", "/.well-known/circus/peer", &[("circus-peer", "probe")]);
+    assert_eq!(status, 204);
     let posing: [&[(&str, &str)]; 2] =
         [&[("circus-peer", "1")], &[("circus-peer", "1"), ("circus-peer-auth", "1764201600.00")]];
     let before = common::metric(&nodes[0].admin, "circus_peer_served_requests_total");
@@ -337,11 +351,12 @@ fn with_a_key_members_prove_themselves_and_clients_cannot_pose_as_members() {
     assert_eq!(common::metric(&nodes[0].admin, "circus_peer_unproven_requests_total"), 2.0);
     assert_eq!(common::metric(&nodes[0].admin, "circus_peer_served_requests_total"), before);
     // Only a member's proof purges: the client posing as one is refused.
-    let (status, _) = post(&nodes[1].addr, "/.well-known/circus/purge?target=/big.bin", &[("circus-peer", "purge")]);
+    let purge = "/.well-known/circus/purge?target=/big.bin";
+    let (status, _) = call(&nodes[1].addr, "POST", purge, &[("circus-peer", "purge")]);
     assert_eq!(status, 403);
     // A purge on one node's admin listener reaches every member: the next
     // crowd costs the origin a second copy, not none.
-    let (status, answer) = post(&nodes[0].admin, "/purge?target=/big.bin", &[]);
+    let (status, answer) = call(&nodes[0].admin, "POST", "/purge?target=/big.bin", &[]);
     assert_eq!(status, 200, "{answer}");
     let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
     assert_eq!(answer["purged"], 1, "{answer}");

@@ -68,7 +68,7 @@ mod tls;
 pub use blocks::OriginBlocks;
 pub use error::SetupError;
 pub use hot::HOT_HEADER;
-pub use member_purge::{MemberPurged, PURGE_PATH};
+pub use member_purge::{MemberPurged, PURGE_PATH, PurgeReach};
 pub use peer_auth::{PEER_AUTH_HEADER, PeerKey};
 pub use peers::{DnsMembers, MemberClaim, MemberSource, PEER_HEADER, PROBE_PATH, PeerConfig};
 pub use source::{OriginSource, S3Config};
@@ -305,17 +305,17 @@ impl OriginTier {
         })
     }
 
-    /// Whether a request with headers `h` for `target` (as the client sent
-    /// it) comes from a member: one marked as a member's that this tier
+    /// Whether a `method` request with headers `h` for `target` (as the
+    /// client sent it) comes from a member: one marked as a member's that this tier
     /// does not take as one (no cluster, or no proof of the cluster's key)
     /// is counted, and its caller serves it as a client's, without the
     /// mark.
-    pub fn member_claim(&self, target: &str, h: &HeaderMap) -> MemberClaim {
+    pub fn member_claim(&self, method: &http::Method, target: &str, h: &HeaderMap) -> MemberClaim {
         if !h.contains_key(PEER_HEADER) {
             return MemberClaim::Client;
         }
         let claim = match (&self.peers, target::normalize(target)) {
-            (Some(peers), Ok(target)) => peers.claim(&target, h),
+            (Some(peers), Ok(target)) => peers.claim(method, &target, h),
             _ => MemberClaim::Impostor,
         };
         if claim == MemberClaim::Impostor {

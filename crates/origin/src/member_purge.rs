@@ -9,6 +9,7 @@ use crate::{MemberClaim, OriginTier, PEER_HEADER, Purge, client::no_body, target
 use circus_http::{HttpError, ResBody, full};
 use circus_store::ReadError;
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
+use std::time::Duration;
 
 /// Where members send each other purges.
 pub const PURGE_PATH: &str = "/.well-known/circus/purge";
@@ -24,6 +25,20 @@ pub struct MemberPurged {
     /// How many targets it forgot.
     pub outcome: Result<usize, ReadError>,
 }
+
+/// Where a purge went besides this node.
+#[derive(Debug)]
+pub enum PurgeReach {
+    /// Nowhere: this node is no member of a cluster.
+    Alone,
+    /// Nowhere: the cluster has no key to prove the purge with.
+    NoKey,
+    /// To every other member, each with its answer.
+    Members(Vec<MemberPurged>),
+}
+
+/// How long a member has to answer a purge.
+const PURGE_WAIT: Duration = Duration::from_secs(5);
 
 impl Purge {
     /// The scope a query names: `target=T` or `prefix=P`, one of them.
@@ -48,31 +63,44 @@ impl Purge {
 
 impl OriginTier {
     /// Forgets `scope` here, then on every other member when the cluster
-    /// has a key: how many targets this node forgot, and what each other
-    /// member answered (`None`: no cluster, or no key to prove the purge).
-    pub async fn purge_everywhere(&self, scope: &Purge) -> Result<(usize, Option<Vec<MemberPurged>>), HttpError> {
+    /// has a key, then here again (a member not purged yet may have
+    /// answered an ask meanwhile): how many targets this node forgot, and
+    /// where else the purge went. A member down in this node's view is not
+    /// asked; each other has [`PURGE_WAIT`] to answer.
+    pub async fn purge_everywhere(&self, scope: &Purge) -> Result<(usize, PurgeReach), HttpError> {
         let here = self.purge(scope)?;
-        let Some(peers) = self.peers.as_ref().filter(|p| p.has_key()) else { return Ok((here, None)) };
+        let Some(peers) = &self.peers else { return Ok((here, PurgeReach::Alone)) };
+        if !peers.has_key() {
+            return Ok((here, PurgeReach::NoKey));
+        }
         let path = target::normalize(&format!("{PURGE_PATH}?{}", scope.query()))?;
         let asks = peers.others().into_iter().map(|m| {
             let path = &path;
             async move {
+                if !peers.is_live(&m.url) {
+                    let outcome = Err(ReadError::origin("down in this node's view: not asked"));
+                    return MemberPurged { member: m.url.to_string(), outcome };
+                }
                 let mut h = HeaderMap::new();
                 h.insert(PEER_HEADER, HeaderValue::from_static("purge"));
-                peers.prove(path, &mut h);
-                let outcome = match m.client.send(Method::POST, path, h, no_body()).await {
-                    Ok(res) if res.status() == StatusCode::OK => res
+                peers.prove(&Method::POST, path, &mut h);
+                let asked = tokio::time::timeout(PURGE_WAIT, m.client.send(Method::POST, path, h, no_body()));
+                let outcome = match asked.await {
+                    Ok(Ok(res)) if res.status() == StatusCode::OK => res
                         .headers()
                         .get(PURGED_HEADER)
                         .and_then(|v| v.to_str().ok()?.parse().ok())
                         .ok_or_else(|| ReadError::origin("the member's answer does not say what it purged")),
-                    Ok(res) => Err(ReadError::origin(format!("the member answered {}", res.status()))),
-                    Err(e) => Err(e),
+                    Ok(Ok(res)) => Err(ReadError::origin(format!("the member answered {}", res.status()))),
+                    Ok(Err(e)) => Err(e),
+                    Err(_) => Err(ReadError::origin(format!("no answer within {PURGE_WAIT:?}"))),
                 };
                 MemberPurged { member: m.url.to_string(), outcome }
             }
         });
-        Ok((here, Some(futures_util::future::join_all(asks).await)))
+        let members = futures_util::future::join_all(asks).await;
+        self.purge(scope)?;
+        Ok((here, PurgeReach::Members(members)))
     }
 
     /// Answers a request for [`PURGE_PATH`]: a proven member's `POST`

@@ -45,7 +45,7 @@ use crate::{
 use circus_cluster::{MemberId, Membership, ObjectKey, ObjectPlacement, PlacementConfig};
 use circus_store::ReadError;
 use futures_util::future::BoxFuture;
-use http::{HeaderMap, HeaderValue, StatusCode, Uri};
+use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use rustc_hash::FxHashMap;
 use std::{
     collections::HashMap,
@@ -418,7 +418,7 @@ impl Peers {
     }
 
     /// Whether the member named `url` is live in this node's view.
-    fn is_live(&self, url: &str) -> bool {
+    pub(crate) fn is_live(&self, url: &str) -> bool {
         let view = self.view.read().expect("peers lock");
         view.find(url).is_some_and(|m| view.members.is_live(m))
     }
@@ -592,27 +592,28 @@ impl Peers {
         self.key.is_some()
     }
 
-    /// Adds this node's proof for a request of `target` to `h`, when the
-    /// cluster has a key.
-    pub(crate) fn prove(&self, target: &str, h: &mut HeaderMap) {
-        if let Some(key) = &self.key {
-            h.insert(PEER_AUTH_HEADER, key.sign(target, std::time::SystemTime::now()));
+    /// Adds this node's proof for a `method` request of `target` to `h`
+    /// (marked already), when the cluster has a key.
+    pub(crate) fn prove(&self, method: &Method, target: &str, h: &mut HeaderMap) {
+        if let (Some(key), Some(mark)) = (&self.key, h.get(PEER_HEADER)) {
+            let proof = key.sign(method, mark, target, std::time::SystemTime::now());
+            h.insert(PEER_AUTH_HEADER, proof);
         }
     }
 
-    /// What a request with headers `h` for `target` (normalised) is as far
-    /// as membership goes.
-    pub(crate) fn claim(&self, target: &str, h: &HeaderMap) -> MemberClaim {
-        if !h.contains_key(PEER_HEADER) {
-            return MemberClaim::Client;
-        }
+    /// What a `method` request with headers `h` for `target` (normalised)
+    /// is as far as membership goes.
+    pub(crate) fn claim(&self, method: &Method, target: &str, h: &HeaderMap) -> MemberClaim {
+        let Some(mark) = h.get(PEER_HEADER) else { return MemberClaim::Client };
         let proof = h.get(PEER_AUTH_HEADER);
         match (&self.key, proof) {
             (None, _) => MemberClaim::Trusted,
             // A front's health check (HAProxy's) proves nothing, and a
             // probe's answer says nothing but that this tier is live.
             (Some(_), None) if target == PROBE_PATH => MemberClaim::Trusted,
-            (Some(key), Some(proof)) if key.verify(target, proof, std::time::SystemTime::now()) => MemberClaim::Proven,
+            (Some(key), Some(proof)) if key.verify(method, mark, target, proof, std::time::SystemTime::now()) => {
+                MemberClaim::Proven
+            }
             (Some(_), _) => MemberClaim::Impostor,
         }
     }
@@ -621,7 +622,7 @@ impl Peers {
     async fn probe(&self, client: &OriginClient) -> Probe {
         let mut h = HeaderMap::new();
         h.insert(PEER_HEADER, HeaderValue::from_static("probe"));
-        self.prove(PROBE_PATH, &mut h);
+        self.prove(&Method::HEAD, PROBE_PATH, &mut h);
         let ask = client.head(PROBE_PATH, &h);
         let wait = self.probe_interval.max(MIN_PROBE);
         match tokio::time::timeout(wait, ask).await {
@@ -652,12 +653,20 @@ impl OriginTier {
             let Some(m) = owner(peers) else { return Ok(None) };
             let ask = if m.replica { ASK_REPLICA } else { ASK_OWNER };
             headers.insert(PEER_HEADER, HeaderValue::from_static(ask));
-            peers.prove(target, &mut headers);
+            peers.prove(&Method::GET, target, &mut headers);
             self.metrics.peer_requests.inc();
             match m.client.get(target, &headers).await {
                 Ok(res) if res.status().is_server_error() => {
                     self.metrics.peer_errors.inc();
                     tracing::info!(peer = &*m.url, status = res.status().as_u16(), %target, "peer failed to fetch: asking the origin");
+                    return Ok(None);
+                }
+                // A member that took this ask for a client's (its key or
+                // clock differs) and refused it: its answer is not the
+                // object's.
+                Ok(res) if matches!(res.status(), StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) => {
+                    self.metrics.peer_errors.inc();
+                    tracing::warn!(peer = &*m.url, status = res.status().as_u16(), %target, "peer refused a member's ask (do the members share --peer-key, and their clocks agree?): asking the origin");
                     return Ok(None);
                 }
                 Ok(res) => return Ok(Some((OriginResponse::from_http(res)?, m.url))),

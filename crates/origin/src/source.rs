@@ -141,6 +141,7 @@ impl Source {
     /// Range and the conditionals, and for HTTP the rest as they are.
     /// `Err` is a failure to get any answer (502 to the client).
     pub async fn get(&self, target: &str, headers: &HeaderMap) -> Result<OriginResponse, ReadError> {
+        let headers = &*for_origin(headers);
         match self {
             Source::Http(c) => OriginResponse::from_http(c.get(target, headers).await?),
             Source::S3(s) => s.get(target, headers).await,
@@ -151,6 +152,7 @@ impl Source {
     /// from the store (a bucket is asked for the object, whose body the
     /// relay drops).
     pub async fn head(&self, target: &str, headers: &HeaderMap) -> Result<OriginResponse, ReadError> {
+        let headers = &*for_origin(headers);
         match self {
             Source::Http(c) => {
                 let (parts, _) = c.head(target, headers).await?.into_parts();
@@ -172,6 +174,7 @@ impl Source {
     ) -> Result<OriginResponse, ReadError> {
         match self {
             Source::Http(c) => {
+                let headers = for_origin(&headers).into_owned();
                 let (parts, body) = c.send(method, target, headers, body).await?.into_parts();
                 let body = body
                     .into_data_stream()
@@ -187,4 +190,19 @@ impl Source {
             }
         }
     }
+}
+
+/// `headers` without the fields members send each other: an origin has no
+/// business with them, and a member's proof must not reach anyone who
+/// could repeat it.
+fn for_origin(headers: &HeaderMap) -> std::borrow::Cow<'_, HeaderMap> {
+    let cluster = [crate::PEER_HEADER, crate::PEER_AUTH_HEADER];
+    if cluster.iter().all(|name| !headers.contains_key(*name)) {
+        return std::borrow::Cow::Borrowed(headers);
+    }
+    let mut h = headers.clone();
+    for name in cluster {
+        h.remove(name);
+    }
+    std::borrow::Cow::Owned(h)
 }

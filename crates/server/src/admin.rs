@@ -10,7 +10,7 @@
 
 use crate::{observe, side_listener, state::AppState};
 use circus_http::{HttpError, ResBody, error_response, full};
-use circus_origin::Purge;
+use circus_origin::{Purge, PurgeReach};
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -49,22 +49,34 @@ fn tier(state: &AppState) -> Result<&Arc<circus_origin::OriginTier>, HttpError> 
 }
 
 /// Forgets the scope here and, in a cluster with a key, on every other
-/// member: what each forgot, or why it could not.
+/// member: what each forgot, or why it could not (then 502: the purge did
+/// not reach everywhere).
 async fn purge(state: &AppState, query: &str) -> Result<Response<ResBody>, HttpError> {
     let scope = Purge::from_query(query)?;
-    let (purged, members) = tier(state)?.purge_everywhere(&scope).await?;
+    let (purged, reach) = tier(state)?.purge_everywhere(&scope).await?;
     let mut answer = serde_json::json!({ "purged": purged });
-    if let Some(all) = members {
-        let members: Vec<serde_json::Value> = all
-            .into_iter()
-            .map(|m| match m.outcome {
-                Ok(n) => serde_json::json!({ "member": m.member, "purged": n }),
-                Err(e) => serde_json::json!({ "member": m.member, "error": e.to_string() }),
-            })
-            .collect();
-        answer["members"] = members.into();
+    let mut status = StatusCode::OK;
+    match reach {
+        PurgeReach::Alone => {}
+        PurgeReach::NoKey => {
+            answer["members"] = serde_json::Value::Null;
+            answer["note"] = "other members not purged: the cluster has no --peer-key to prove the purge with".into();
+        }
+        PurgeReach::Members(all) => {
+            let members: Vec<serde_json::Value> = all
+                .into_iter()
+                .map(|m| match m.outcome {
+                    Ok(n) => serde_json::json!({ "member": m.member, "purged": n }),
+                    Err(e) => {
+                        status = StatusCode::BAD_GATEWAY;
+                        serde_json::json!({ "member": m.member, "error": e.to_string() })
+                    }
+                })
+                .collect();
+            answer["members"] = members.into();
+        }
     }
-    Ok(json(StatusCode::OK, answer))
+    Ok(json(status, answer))
 }
 
 fn prefetch(state: &AppState, query: &str) -> Result<Response<ResBody>, HttpError> {

@@ -16,7 +16,7 @@ use circus_http::{
     HttpError, ResBody, full,
     rfc9110::{self, Conditionals, Precondition, Ranges, Validators},
 };
-use circus_origin::{Answer, MemberClaim, PEER_AUTH_HEADER, PEER_HEADER, PURGE_PATH};
+use circus_origin::{Answer, MemberClaim, PEER_AUTH_HEADER, PEER_HEADER, PROBE_PATH, PURGE_PATH};
 use circus_proto::{CONTENT_TYPE as NATIVE_TYPE, NEED_HEADER};
 use circus_store::{FileEntry, FileIndex};
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Version, header};
@@ -34,7 +34,9 @@ where
 {
     let now = std::time::SystemTime::now();
     let claim = match &state.origin {
-        Some(tier) => tier.member_claim(req.uri().path_and_query().map_or("/", |p| p.as_str()), req.headers()),
+        Some(tier) => {
+            tier.member_claim(req.method(), req.uri().path_and_query().map_or("/", |p| p.as_str()), req.headers())
+        }
         None if req.headers().contains_key(PEER_HEADER) => MemberClaim::Impostor,
         None => MemberClaim::Client,
     };
@@ -50,8 +52,12 @@ where
         return res;
     }
     // A member proved by the cluster's key asks for what its own client
-    // proved its right to (private prefixes need a key in a cluster).
-    let checked = if claim == MemberClaim::Proven {
+    // proved its right to (private prefixes need a key in a cluster); a
+    // member's probe is answered whatever the prefixes, as it says nothing
+    // but that this node is live.
+    let reads = matches!(*req.method(), Method::GET | Method::HEAD);
+    let probe = claim != MemberClaim::Client && claim != MemberClaim::Impostor && req.uri().path() == PROBE_PATH;
+    let checked = if (claim == MemberClaim::Proven && reads) || probe {
         Ok(Access::Public)
     } else {
         state.private.check(req.uri().path(), req.uri().query(), req.headers(), now)

@@ -386,13 +386,6 @@ impl Settings {
                 )));
             }
         }
-        if cfg.origin.as_ref().and_then(|o| o.peers.as_ref()).is_some_and(|p| p.key.is_none())
-            && !cfg.private.is_empty()
-        {
-            // Members ask each other without the client's signature or
-            // token: only a proof of the cluster's key may stand for them.
-            return Err(ConfigError::Peers("[[private]] prefixes in a cluster need --peer-key".into()));
-        }
         let peer_settings = [
             self.peers.is_some(),
             self.peers_dns.is_some(),
@@ -430,7 +423,7 @@ impl Settings {
             if !members.contains(&me) {
                 return Err(ConfigError::Peers(format!("--peer-self {me} is not one of --peers")));
             }
-            o.peers = Some(PeerConfig::new(members, me, None));
+            o.peers = Some(over_earlier(PeerConfig::new(members, me, None), o.peers.take()));
         }
         if let Some(name) = &self.peers_dns {
             let dns = parse_dns_members(name)?;
@@ -444,7 +437,7 @@ impl Settings {
                 return Err(ConfigError::Peers(format!("--peers-dns {name}: the name has no address")));
             }
             let refresh: Option<(Arc<dyn MemberSource>, Duration)> = Some((Arc::new(dns), Duration::from_secs(10)));
-            o.peers = Some(PeerConfig::new(members, me, refresh));
+            o.peers = Some(over_earlier(PeerConfig::new(members, me, refresh), o.peers.take()));
         }
         if let Some(every) = self.peer_resolve {
             // Onto a --peers-dns of this layer or of one below it.
@@ -485,6 +478,33 @@ impl Settings {
         }
         Ok(())
     }
+}
+
+/// A member list given in this layer, with what an earlier layer (the
+/// file, under the flags) set about the cluster besides: its group size,
+/// probe interval, hot threshold and key.
+fn over_earlier(new: PeerConfig, earlier: Option<PeerConfig>) -> PeerConfig {
+    match earlier {
+        Some(e) => PeerConfig {
+            group_bytes: e.group_bytes,
+            probe_interval: e.probe_interval,
+            hot_after: e.hot_after,
+            key: e.key,
+            ..new
+        },
+        None => new,
+    }
+}
+
+/// What no single layer can check: settings that must hold once the file
+/// and the flags are both applied.
+pub fn check_layers(cfg: &ServeConfig) -> Result<(), ConfigError> {
+    if cfg.origin.as_ref().and_then(|o| o.peers.as_ref()).is_some_and(|p| p.key.is_none()) && !cfg.private.is_empty() {
+        // Members ask each other without the client's signature or token:
+        // only a proof of the cluster's key may stand for them.
+        return Err(ConfigError::Peers("[[private]] prefixes in a cluster need --peer-key".into()));
+    }
+    Ok(())
 }
 
 /// `--peer-self` with `--peers-dns`: the members are named by address
@@ -761,18 +781,34 @@ mod tests {
         );
         // Members ask each other without the clients' signatures: only
         // with a key that proves them.
-        let private = |key: &str| {
+        use clap::{Args, FromArgMatches};
+        let private = |key: &str, flags: &[&str]| {
+            let mut cfg = ServeConfig::new("/srv".into());
             Settings::parse(&format!(
                 "origin = \"http://o/\"\npeers = [\"http://a:1\"]\npeer_self = \"http://a:1\"\n{key}\
                  [[private]]\nprefix = \"/models/\"\ntokens = [\"a-token\"]\n"
             ))
             .unwrap()
-            .apply(&mut ServeConfig::new("/srv".into()))
+            .apply(&mut cfg)?;
+            let argv: Vec<&str> = ["serve"].into_iter().chain(flags.iter().copied()).collect();
+            let matches = Settings::augment_args(clap::Command::new("serve")).try_get_matches_from(argv).unwrap();
+            Settings::from_arg_matches(&matches).unwrap().apply(&mut cfg)?;
+            check_layers(&cfg).map(|()| cfg)
         };
-        let e = private("").unwrap_err().to_string();
+        let e = private("", &[]).unwrap_err().to_string();
         assert!(e.contains("[[private]]") && e.contains("--peer-key"), "{e}");
-        private("peer_key = \"members-only\"\n").unwrap();
-        let e = private("peer_key = \"env:CIRCUS_TEST_UNSET_KEY\"\n").unwrap_err().to_string();
+        private("peer_key = \"members-only\"\n", &[]).unwrap();
+        // The key as a flag over a file that has the rest; and a member
+        // list as flags keeps the file's key.
+        private("", &["--peer-key", "members-only"]).unwrap();
+        let cfg = private(
+            "peer_key = \"members-only\"\npeer_hot_after = 3\n",
+            &["--peers", "http://b:1,http://c:1", "--peer-self", "http://b:1"],
+        )
+        .unwrap();
+        let peers = cfg.origin.unwrap().peers.unwrap();
+        assert!(peers.key.is_some() && peers.hot_after == 3 && peers.members.len() == 2, "{peers:?}");
+        let e = private("peer_key = \"env:CIRCUS_TEST_UNSET_KEY\"\n", &[]).unwrap_err().to_string();
         assert!(e.contains("CIRCUS_TEST_UNSET_KEY"), "{e}");
     }
 
