@@ -16,7 +16,13 @@ use bytes::Bytes;
 use circus_store::{BlockSource, FileIndex, ReadError, ReadFuture};
 use futures_util::StreamExt;
 use http::{HeaderName, StatusCode, header};
-use std::sync::Arc;
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+/// A fetch that takes longer is logged, with where its time went.
+const SLOW_FETCH: Duration = Duration::from_secs(5);
 
 impl OriginTier {
     /// Block `b` of `obj`, resident or on its way; starts fetches for it and
@@ -217,12 +223,15 @@ impl OriginTier {
             _ => &self.origin_pool,
         };
         let kib = u32::try_from((end - start + 1).div_ceil(1024)).unwrap_or(u32::MAX).min(pool.kib_total);
+        let began = Instant::now();
         let _bytes = pool.kib.acquire_many(kib).await.map_err(|e| ReadError::origin(e.to_string()))?;
         let _slot = pool.slots.acquire().await.map_err(|e| ReadError::origin(e.to_string()))?;
+        let room = began.elapsed();
         let (res, peer) = match res {
             Some(answered) => answered,
             None => self.fetch_part(obj, start, end, upstream).await?,
         };
+        let head = began.elapsed();
         let mut body = res.body;
         let wait = self.client.timeout();
         // A peer that stops sending is out of the placement at once, so the
@@ -267,6 +276,14 @@ impl OriginTier {
                 "origin closed the body early (block {} has {got} bytes)",
                 done.first as usize + done.next
             ))));
+        }
+        // Readers wait on a slow fetch: say where its time went.
+        if began.elapsed() > SLOW_FETCH {
+            let from = peer.as_deref().unwrap_or("the origin");
+            tracing::warn!(
+                target = %obj.target, bytes = end - start + 1, from, room = ?room, head = ?head, all = ?began.elapsed(),
+                "slow fetch (room: waiting for room for fetches; head: until the answer's head came; all: until its last byte)"
+            );
         }
         Ok(())
     }
