@@ -221,6 +221,14 @@ fn a_crowd_over_three_nodes_costs_the_origin_one_copy() {
     let origin = start_origin(obj.clone(), Duration::ZERO);
     let nodes = cluster(&origin, 3, &["--cache", "64MiB"]);
     nine_clients_cost_one_copy(&nodes, &obj, &origin);
+    // A member's ask of one resident block goes ahead of the node's own
+    // clients like any other member's body (it once took the small-object
+    // shortcut, which no client waited for).
+    let ahead = || common::metric(&nodes[0].admin, "circus_peer_first_bodies_total");
+    let before = ahead();
+    let (status, body) = get_with(&nodes[0].addr, &[("circus-peer", "1"), ("range", "bytes=262144-524287")]);
+    assert!(status == 206 && body[..] == obj[262_144..524_288], "{status}, {} bytes", body.len());
+    assert_eq!(ahead(), before + 1.0, "the member's body did not go first");
     // Without a key, a purge cannot be proved to the other members, and
     // says so.
     let (status, answer) = call(&nodes[0].admin, "POST", "/purge?target=/big.bin", &[]);

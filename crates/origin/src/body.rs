@@ -52,6 +52,8 @@ struct Cursor {
     /// A member's body: held while it has bytes to send, so that this
     /// node's clients wait (`peer_first`).
     sending: Option<Sending>,
+    /// Whether this member's body is counted in the metrics yet.
+    counted: bool,
 }
 
 /// Fetches a body of a cluster's tier asks again after one failed.
@@ -87,7 +89,13 @@ impl Cursor {
             // A member's body has bytes for hyper to send.
             (Some(Ok(_)), Some(first), upstream) if upstream.for_member() => match &self.sending {
                 Some(sending) => sending.progressed(),
-                None => self.sending = Some(first.sending()),
+                None => {
+                    if !self.counted {
+                        self.counted = true;
+                        self.tier.metrics.peer_first_bodies.inc();
+                    }
+                    self.sending = Some(first.sending());
+                }
             },
             (Some(Ok(_)), ..) => {}
             _ => self.sending = None,
@@ -159,11 +167,14 @@ impl Cursor {
             };
             match self.tier.block(&self.obj, b, readahead, self.upstream) {
                 BlockRef::Ready(bytes) => {
-                    // A client's body in a cluster goes a slice at a time,
-                    // so that members' bodies wait behind little of it.
+                    // In a cluster a body goes a slice at a time: a client's
+                    // so that members' bodies wait behind little of it, a
+                    // member's so that it shows progress as its connection
+                    // takes it (see `peer_first`).
                     let most = match &self.tier.peer_first {
                         Some(_) if !self.upstream.for_member() => peer_first::CLIENT_SLICE,
-                        _ => usize::MAX,
+                        Some(_) => peer_first::MEMBER_SLICE,
+                        None => usize::MAX,
                     };
                     if let Some(out) = self.clip_at_most(at, &bytes, most) {
                         return Some(Ok(out));
@@ -187,7 +198,8 @@ pub(crate) fn range(tier: Arc<OriginTier>, obj: Arc<Object>, start: u64, end: u6
     // ETag (sent as If-Match) or a digest to hold it to.
     let strong = obj.etag.as_deref().is_some_and(|e| !e.starts_with("W/")) || obj.integrity.is_some();
     let retries = if tier.peers.is_some() && strong { CLUSTER_RETRIES } else { 0 };
-    let cursor = Cursor { tier, obj, pos: start, end, pending: None, verify, upstream, retries, sending: None };
+    let cursor =
+        Cursor { tier, obj, pos: start, end, pending: None, verify, upstream, retries, sending: None, counted: false };
     let stream = futures_util::stream::unfold(cursor, |mut c| async move {
         let item = c.next().await?;
         Some((item.map(Frame::data), c))

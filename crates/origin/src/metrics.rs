@@ -27,6 +27,8 @@ pub struct OriginMetrics {
     pub replica_served: Counter,
     /// Requests marked as a member's without its proof.
     pub peer_refused: Counter,
+    /// Members' bodies sent ahead of this node's clients' (members first).
+    pub peer_first_bodies: Counter,
     /// Members live in this node's view, itself included.
     pub live_peers: Gauge,
     pub resident: Gauge,
@@ -102,6 +104,11 @@ impl OriginMetrics {
             "circus_peer_replica_served_requests",
             "Requests other members sent this node as a replica of a hot group",
             m.replica_served.clone(),
+        );
+        r.register(
+            "circus_peer_first_bodies",
+            "Members' bodies this node sent ahead of its own clients' (members first)",
+            m.peer_first_bodies.clone(),
         );
         r.register(
             "circus_peer_unproven_requests",

@@ -45,6 +45,12 @@ pub(crate) const STALLED: Duration = Duration::from_secs(5);
 /// node's, against 3.40-3.56 in four runs without.)
 pub(crate) const CLIENT_SLICE: usize = 128 << 10;
 
+/// What a member's body hands hyper at a time: hyper pulls the next slice
+/// as the connection takes the last, so a member's body that is still
+/// sending keeps showing progress (a block handed whole sat in hyper's
+/// buffer, and the body looked stalled while it trickled out).
+pub(crate) const MEMBER_SLICE: usize = 64 << 10;
+
 /// Members' bodies sending now, and the clients waiting for them to stop.
 #[derive(Debug, Default)]
 pub(crate) struct PeerFirst {

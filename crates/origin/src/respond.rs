@@ -146,7 +146,9 @@ impl OriginTier {
             return res.into();
         }
         // The hit path for small objects: one resident block, no stream.
-        let single = obj.layout.block_of(start) == obj.layout.block_of(end) && obj.trusted();
+        // Not for a member's ask: its body must go through `body` so that
+        // this node's clients hold back while it sends (members first).
+        let single = obj.layout.block_of(start) == obj.layout.block_of(end) && obj.trusted() && !upstream.for_member();
         if let Some(b) = obj.layout.block_of(start).filter(|_| single)
             && let Some(bytes) = self.store.block(obj.version, b)
         {
