@@ -28,7 +28,10 @@
 //! `leaves` (each version's hash tree, learnt as its blocks pass),
 //! `integrity` (the origin's whole-object digests), `peers` (the tier as
 //! a member of a cluster: groups fetched from their owners, probes;
-//! docs/cluster.md), `metrics`.
+//! docs/cluster.md) with `hot` (hot groups served by their replicas),
+//! `peer_auth` (members' proofs under a shared key), `member_purge`
+//! (purges that reach every member) and `peer_first` (members' bodies
+//! before this node's clients'), `metrics`.
 //!
 //! The tier never calls into the server: [`OriginTier::handle`] returns an
 //! [`Answer`], a response, or a version to stream natively.

@@ -66,7 +66,7 @@ impl OriginTier {
     /// has a key, then here again (a member not purged yet may have
     /// answered an ask meanwhile): how many targets this node forgot, and
     /// where else the purge went. A member down in this node's view is not
-    /// asked; each other has [`PURGE_WAIT`] to answer.
+    /// asked; each other has `PURGE_WAIT` to answer.
     pub async fn purge_everywhere(&self, scope: &Purge) -> Result<(usize, PurgeReach), HttpError> {
         let here = self.purge(scope)?;
         let Some(peers) = &self.peers else { return Ok((here, PurgeReach::Alone)) };

@@ -55,7 +55,7 @@ impl PeerKey {
     }
 
     /// Whether `proof` is this key's for a `method` request of `target`
-    /// marked `mark`, made within [`SKEW`] of `now`.
+    /// marked `mark`, made within `SKEW` of `now`.
     pub fn verify(
         &self,
         method: &Method,
