@@ -253,12 +253,17 @@ fn circus_get_downloads_natively_over_https_and_refuses_an_untrusted_certificate
 
 /// `--redirect-listen`: plain HTTP is answered with a redirect to the
 /// same target over https, which curl follows to the file. The metrics
-/// say how records are encrypted (rustls in user space where the kernel
-/// has no kTLS, as here).
+/// say how records are encrypted, at start and for the connection served:
+/// by the kernel where it has kTLS, by rustls in user space where it has
+/// not (as on this project's CI machines).
 #[test]
 fn the_cleartext_listener_redirects_to_https_and_the_send_path_is_reported() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("f.txt"), b"over tls").unwrap();
+    // Several blocks, sent from the block cache (with `sendfile` where the
+    // kernel encrypts).
+    let big: Vec<u8> = (0..3 * 1024 * 1024 + 777).map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    std::fs::write(dir.path().join("big.bin"), &big).unwrap();
     let (cert, key) = certificate(dir.path(), "localhost");
     let mut child = Command::new(env!("CARGO_BIN_EXE_circus"))
         .arg("serve")
@@ -291,8 +296,19 @@ fn the_cleartext_listener_redirects_to_https_and_the_send_path_is_reported() {
         .args(["-sS", "-L", "--cacert", &cert, "--resolve", &format!("localhost:{https}:127.0.0.1")])
         .arg(format!("http://localhost:{plain}/f.txt")));
     assert_eq!(String::from_utf8_lossy(&followed.stdout), "over tls", "{}", String::from_utf8_lossy(&followed.stderr));
+    for version in ["--http1.1", "--http2"] {
+        let got = run(Command::new("curl")
+            .args(["-sS", version, "--cacert", &cert, "--resolve", &format!("localhost:{https}:127.0.0.1")])
+            .arg(format!("https://localhost:{https}/big.bin")));
+        assert!(got.stdout == big, "{version}: {} bytes of {}", got.stdout.len(), big.len());
+    }
     let metrics = run(Command::new("curl").args(["-sS"]).arg(format!("http://127.0.0.1:{admin}/metrics")));
     let metrics = String::from_utf8_lossy(&metrics.stdout);
-    assert!(metrics.contains("circus_tls_send_path{path=\"userspace\"} 1"), "{metrics}");
-    assert!(metrics.contains("circus_ktls_available "), "{metrics}");
+    let kernel = circus_server::ktls_probe::KernelTls::probe() == circus_server::ktls_probe::KernelTls::Available;
+    let (path, available) = if kernel { ("ktls", 1) } else { ("userspace", 0) };
+    eprintln!("the kernel {} kTLS: expecting path {path}", if kernel { "has" } else { "has no" });
+    assert!(metrics.contains(&format!("circus_tls_send_path{{path=\"{path}\"}} 1")), "{metrics}");
+    assert!(metrics.contains(&format!("circus_ktls_available {available}")), "{metrics}");
+    assert!(metrics.contains(&format!("circus_tls_connections_total{{path=\"{path}\"}} 3")), "{metrics}");
+    assert!(!metrics.contains("path=\"ktls_refused\""), "{metrics}");
 }

@@ -51,7 +51,8 @@ mod gather;
 mod hitlane;
 mod http;
 mod inline_first;
-pub mod ktls;
+pub mod ktls_probe;
+mod ktls_stream;
 pub mod listen;
 mod listing;
 mod mailbox;
@@ -104,6 +105,9 @@ pub struct Server {
     listeners: Vec<TcpListener>,
     /// With `--tls-cert`/`--tls-key`: the listener speaks HTTPS only.
     tls: Option<Arc<tls::Certificates>>,
+    /// With HTTPS on a kernel that encrypts records: the cipher suites it
+    /// takes (see `ktls_probe`).
+    kernel_records: Option<Arc<::ktls::CompatibleCiphers>>,
     /// `--admin-listen`: /metrics, /status, purge and prefetch.
     admin: Option<TcpListener>,
     /// `--redirect-listen`: cleartext, redirecting to HTTPS.
@@ -192,30 +196,37 @@ impl Server {
         let send_marks = send_mark::SendMarks::new(&cfg, !cfg.tls.is_empty() || cfg.acme.enabled());
         let state =
             Arc::new(AppState { files, driver, metrics, registry, origin, small, memory: plan, private, send_marks });
-        let tls = match &cfg.tls {
-            certs if certs.is_empty() && !cfg.acme.enabled() => None,
-            certs => Some(Arc::new(
-                tls::Certificates::load(certs, cfg.acme.enabled())
+        let https = !cfg.tls.is_empty() || cfg.acme.enabled();
+        // Records go to the kernel where it takes them (see `ktls_probe`); the
+        // probe comes first, as rustls must be told to let keys out.
+        let kernel_records = match https {
+            false => None,
+            true => {
+                let m = &state.metrics;
+                match ktls_probe::kernel_records().await {
+                    Ok(ciphers) => {
+                        m.ktls_available.set(1);
+                        m.tls_send_path.get_or_create(&metrics::PathLabel { path: "ktls" }).set(1);
+                        tracing::info!(?ciphers, "kTLS: HTTPS records are encrypted by the kernel");
+                        Some(Arc::new(ciphers))
+                    }
+                    Err(why) => {
+                        m.tls_send_path.get_or_create(&metrics::PathLabel { path: "userspace" }).set(1);
+                        tracing::info!(%why, "no kTLS: HTTPS records are encrypted by rustls in user space");
+                        None
+                    }
+                }
+            }
+        };
+        let tls = match https {
+            false => None,
+            true => Some(Arc::new(
+                tls::Certificates::load(&cfg.tls, cfg.acme.enabled(), kernel_records.is_some())
                     .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?,
             )),
         };
-        if tls.is_some() {
-            // Records are encrypted by rustls: the kernel path is probed and
-            // reported, and taken where it is enabled (see `ktls`).
-            let m = &state.metrics;
-            match ktls::KernelTls::probe() {
-                ktls::KernelTls::Available => {
-                    m.ktls_available.set(1);
-                    tracing::info!("kTLS available; HTTPS records are encrypted by rustls");
-                }
-                ktls::KernelTls::Unavailable(why) => {
-                    tracing::info!(%why, "no kTLS: HTTPS records are encrypted by rustls in user space");
-                }
-            }
-            m.tls_send_path.get_or_create(&metrics::PathLabel { path: "userspace" }).set(1);
-        }
         let access_log = access_log::AccessLog::open(cfg.access_log.clone(), cfg.access_log_format)?.map(Arc::new);
-        Ok(Server { listeners, tls, admin, redirect, arena, access_log, state, cfg })
+        Ok(Server { listeners, tls, kernel_records, admin, redirect, arena, access_log, state, cfg })
     }
 
     /// The first listener's address.
@@ -342,7 +353,21 @@ impl Server {
             // Every event of the connection's life carries its peer (at
             // debug level: a span costs nothing unless that level is on).
             let span = tracing::debug_span!("connection", %peer, tls = tls.is_some());
-            let conn = Connection { state, lane, limits, stopping, answered, busy, builder, arena, activity, tls, log };
+            let kernel = self.kernel_records.clone();
+            let conn = Connection {
+                state,
+                lane,
+                limits,
+                stopping,
+                answered,
+                busy,
+                builder,
+                arena,
+                activity,
+                tls,
+                kernel,
+                log,
+            };
             let task = async move {
                 metrics.connections.inc();
                 // The watchdog closes the connection by dropping it
@@ -402,8 +427,11 @@ struct Connection {
     builder: Arc<auto::Builder<inline_first::InlineFirst>>,
     arena: Option<Arc<arena::Arena>>,
     activity: Arc<activity::Activity>,
-    /// HTTPS: the handshake first, then the lane and hyper (no sendfile).
+    /// HTTPS: the handshake first, then the lane and hyper (no sendfile,
+    /// unless the kernel takes the records).
     tls: Option<tokio_rustls::TlsAcceptor>,
+    /// The cipher suites whose records the kernel takes (see `ktls_probe`).
+    kernel: Option<Arc<::ktls::CompatibleCiphers>>,
     log: Option<Arc<access_log::AccessLog>>,
 }
 
@@ -414,7 +442,9 @@ impl Connection {
     /// kilobytes, copied when it is spawned and again when it ends, for
     /// every connection, the many the lane serves alone included.
     async fn serve(self, stream: tokio::net::TcpStream, watcher: hyper_util::server::graceful::Watcher) {
-        let Connection { state, lane, limits, stopping, answered, busy, builder, arena, activity, tls, log } = self;
+        let Connection { state, lane, limits, stopping, answered, busy, builder, arena, activity, tls, kernel, log } =
+            self;
+        let tls_connections = state.metrics.tls_connections.clone();
         let peer = activity.peer();
         let encrypted = tls.is_some();
         let lane_log = log.clone();
@@ -445,48 +475,79 @@ impl Connection {
         // it does not take; what it read and left is replayed to hyper.
         let lane =
             Lane { source: lane, peer: hitlane::Peer { addr: peer, tls: encrypted }, limits, stopping, answered };
-        let served = match tls {
-            None => {
-                let Some((stream, unread)) = lane.first(stream, &activity, lane_log.as_deref()).await else { return };
-                let h2 = unread.starts_with(H2_PREFACE);
-                let io = SendfileStream::new(stream, arena).with_unread(unread).with_activity(activity.clone());
-                if h2 {
-                    let (io, gathering) = gather::split(io);
+        // hyper over `io` for the rest of the connection's life; h2
+        // connections gather their small frames into fewer writes (`gather`).
+        macro_rules! serve_http {
+            ($io:expr, $h2:expr) => {
+                if $h2 {
+                    let (io, gathering) = gather::split($io);
                     gathering
                         .around(watcher.watch(builder.serve_connection(TokioIo::new(io), service).into_owned()))
                         .await
                 } else {
-                    Box::pin(watcher.watch(builder.serve_connection(TokioIo::new(io), service).into_owned())).await
+                    Box::pin(watcher.watch(builder.serve_connection(TokioIo::new($io), service).into_owned())).await
+                }
+            };
+        }
+        let served = match (tls, kernel) {
+            (None, _) => {
+                let Some((stream, unread)) = lane.first(stream, &activity, lane_log.as_deref()).await else { return };
+                let h2 = unread.starts_with(H2_PREFACE);
+                let io = SendfileStream::new(stream, arena).with_unread(unread).with_activity(activity.clone());
+                serve_http!(io, h2)
+            }
+            (Some(acceptor), Some(kernel)) => {
+                // Read record by record, so that the kernel can take over
+                // at a record's boundary (see `ktls_stream`).
+                let socket = SendfileStream::new(stream, arena).with_activity(activity.clone());
+                let handshake =
+                    Box::pin(tokio::time::timeout(limits.idle, acceptor.accept(::ktls::CorkStream::new(socket))));
+                let Ok(Ok(mut encrypted)) = handshake.await else {
+                    return tracing::debug!(?peer, "TLS handshake failed or timed out");
+                };
+                let Some(h2) = after_handshake(&mut encrypted).await else { return };
+                let suite = encrypted.get_ref().1.negotiated_cipher_suite();
+                if !suite.is_some_and(|s| kernel.is_compatible(s)) {
+                    // A suite the kernel does not take: rustls encrypts.
+                    tls_connections.get_or_create(&metrics::PathLabel { path: "userspace" }).inc();
+                    let lane = if h2 { Lane { source: None, ..lane } } else { lane };
+                    let Some((encrypted, unread)) = lane.first(encrypted, &activity, lane_log.as_deref()).await else {
+                        return;
+                    };
+                    let io = rewind::Rewind::new(tls_records::WholeRecords(encrypted), unread);
+                    serve_http!(io, h2)
+                } else {
+                    let records = match ktls_stream::KernelTlsStream::take_over(encrypted).await {
+                        Ok(records) => records,
+                        Err(e) => {
+                            tls_connections.get_or_create(&metrics::PathLabel { path: "ktls_refused" }).inc();
+                            return tracing::warn!(?peer, error = %e, "the kernel refused the TLS keys; connection lost");
+                        }
+                    };
+                    tls_connections.get_or_create(&metrics::PathLabel { path: "ktls" }).inc();
+                    let lane = if h2 { Lane { source: None, ..lane } } else { lane };
+                    let Some((records, unread)) = lane.first(records, &activity, lane_log.as_deref()).await else {
+                        return;
+                    };
+                    serve_http!(rewind::Rewind::new(records, unread), h2)
                 }
             }
-            Some(acceptor) => {
+            (Some(acceptor), None) => {
                 // The stamps keep the watchdog informed during the handshake too.
                 let plain = SendfileStream::new(stream, None).with_activity(activity.clone());
                 let handshake = Box::pin(tokio::time::timeout(limits.idle, acceptor.accept(plain)));
                 let Ok(Ok(mut encrypted)) = handshake.await else {
                     return tracing::debug!(?peer, "TLS handshake failed or timed out");
                 };
-                let alpn = encrypted.get_ref().1.alpn_protocol();
-                if alpn == Some(tls::ACME_TLS_ALPN) {
-                    // An ACME validation: the handshake was all it needed.
-                    let _ = tokio::io::AsyncWriteExt::shutdown(&mut encrypted).await;
-                    return tracing::debug!(?peer, "ACME validation handshake answered");
-                }
+                let Some(h2) = after_handshake(&mut encrypted).await else { return };
+                tls_connections.get_or_create(&metrics::PathLabel { path: "userspace" }).inc();
                 // The lane speaks HTTP/1.1 only.
-                let h2 = alpn == Some(b"h2");
                 let lane = if h2 { Lane { source: None, ..lane } } else { lane };
                 let Some((encrypted, unread)) = lane.first(encrypted, &activity, lane_log.as_deref()).await else {
                     return;
                 };
                 let io = rewind::Rewind::new(tls_records::WholeRecords(encrypted), unread);
-                if h2 {
-                    let (io, gathering) = gather::split(io);
-                    gathering
-                        .around(watcher.watch(builder.serve_connection(TokioIo::new(io), service).into_owned()))
-                        .await
-                } else {
-                    Box::pin(watcher.watch(builder.serve_connection(TokioIo::new(io), service).into_owned())).await
-                }
+                serve_http!(io, h2)
             }
         };
         if let Err(e) = served {
@@ -497,6 +558,21 @@ impl Connection {
 
 /// How an HTTP/2 connection in clear (prior knowledge) begins.
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n";
+
+/// After a handshake: whether the client chose h2 (`None`: the handshake
+/// was an ACME validation, answered and closed).
+async fn after_handshake<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    encrypted: &mut tokio_rustls::server::TlsStream<S>,
+) -> Option<bool> {
+    let alpn = encrypted.get_ref().1.alpn_protocol();
+    if alpn == Some(tls::ACME_TLS_ALPN) {
+        // An ACME validation: the handshake was all it needed.
+        let _ = tokio::io::AsyncWriteExt::shutdown(encrypted).await;
+        tracing::debug!("ACME validation handshake answered");
+        return None;
+    }
+    Some(alpn == Some(b"h2"))
+}
 
 /// The hit lane as a connection meets it.
 struct Lane {

@@ -50,6 +50,9 @@ pub struct Metrics {
     pub small_files_bytes: Gauge,
     /// With HTTPS: 1 for the way records are encrypted (`ktls` or `userspace`).
     pub tls_send_path: Family<PathLabel, Gauge>,
+    /// HTTPS connections past their handshake, by the way their records
+    /// were encrypted (`ktls`, `userspace`, or `ktls_refused`: lost).
+    pub tls_connections: Family<PathLabel, Counter>,
     /// With HTTPS: whether the kernel offered kTLS at start (1) or not (0).
     pub ktls_available: Gauge,
 }
@@ -79,6 +82,7 @@ impl Metrics {
             active_files: Gauge::default(),
             small_files_bytes: Gauge::default(),
             tls_send_path: Family::default(),
+            tls_connections: Family::default(),
             ktls_available: Gauge::default(),
         };
         let r = registry.sub_registry_with_prefix("circus");
@@ -124,6 +128,11 @@ impl Metrics {
             "tls_send_path",
             "HTTPS record encryption in use: ktls (the kernel) or userspace (rustls)",
             m.tls_send_path.clone(),
+        );
+        r.register(
+            "tls_connections",
+            "HTTPS connections past their handshake by record encryption: ktls, userspace, or ktls_refused (the kernel refused the keys; the connection was lost)",
+            m.tls_connections.clone(),
         );
         r.register("ktls_available", "Whether the kernel's tls module was found at start", m.ktls_available.clone());
         m

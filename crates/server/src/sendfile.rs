@@ -138,6 +138,23 @@ impl AsyncRead for SendfileStream {
     }
 }
 
+/// The socket, for setting up kernel TLS on it (see `ktls_stream`).
+impl std::os::fd::AsRawFd for SendfileStream {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.inner.as_raw_fd()
+    }
+}
+
+/// What the `ktls` crate's record-aligned reads wait on during a handshake.
+impl ktls::AsyncReadReady for SendfileStream {
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if !self.unread.is_empty() {
+            return Poll::Ready(Ok(()));
+        }
+        self.inner.poll_read_ready(cx)
+    }
+}
+
 impl AsyncWrite for SendfileStream {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         self.poll_write_vectored(cx, &[IoSlice::new(buf)])

@@ -78,21 +78,44 @@ pub struct Certificates {
     issued: std::sync::Mutex<Vec<CertFiles>>,
     /// With ACME: the validations being answered.
     challenges: Option<Arc<Challenges>>,
+    /// The kernel takes over the record keys after each handshake (kTLS):
+    /// rustls must let them be extracted.
+    kernel_records: bool,
     current: std::sync::RwLock<Arc<ServerConfig>>,
 }
 
 impl Certificates {
     /// The certificates of `files`, and with `acme` the means to answer
-    /// the CA's validations and to serve what it issues.
-    pub fn load(files: &[CertFiles], acme: bool) -> Result<Self, TlsError> {
+    /// the CA's validations and to serve what it issues. With
+    /// `kernel_records`, each connection's record keys may be handed to the
+    /// kernel after its handshake (see `ktls_stream`).
+    pub fn load(files: &[CertFiles], acme: bool, kernel_records: bool) -> Result<Self, TlsError> {
         let challenges = acme.then(|| Arc::new(Challenges::default()));
-        let current = std::sync::RwLock::new(server_config(files, challenges.as_ref())?);
+        let current = std::sync::RwLock::new(Self::config(files, challenges.as_ref(), kernel_records)?);
         Ok(Certificates {
             files: std::sync::Mutex::new(files.to_vec()),
             issued: std::sync::Mutex::new(Vec::new()),
             challenges,
+            kernel_records,
             current,
         })
+    }
+
+    fn config(
+        pairs: &[CertFiles],
+        challenges: Option<&Arc<Challenges>>,
+        kernel_records: bool,
+    ) -> Result<Arc<ServerConfig>, TlsError> {
+        let mut config = server_config(pairs, challenges)?;
+        if kernel_records {
+            Arc::get_mut(&mut config).expect("a configuration just built").enable_secret_extraction = true;
+        }
+        Ok(config)
+    }
+
+    /// Whether the record keys may go to the kernel after a handshake.
+    pub fn kernel_records(&self) -> bool {
+        self.kernel_records
     }
 
     /// Where ACME validations are answered from (with ACME only).
@@ -104,7 +127,7 @@ impl Certificates {
     /// one issued before; on any error the certificates in use stay.
     pub fn install_issued(&self, pair: CertFiles) -> Result<(), TlsError> {
         let files = self.files.lock().expect("certificate files lock").clone();
-        let fresh = server_config(&[files, vec![pair.clone()]].concat(), self.challenges.as_ref())?;
+        let fresh = Self::config(&[files, vec![pair.clone()]].concat(), self.challenges.as_ref(), self.kernel_records)?;
         *self.issued.lock().expect("issued certificates lock") = vec![pair];
         *self.current.write().expect("certificates lock") = fresh;
         Ok(())
@@ -125,7 +148,7 @@ impl Certificates {
     /// certificates in use stay.
     pub fn replace(&self, files: &[CertFiles]) -> Result<(), TlsError> {
         let issued = self.issued.lock().expect("issued certificates lock").clone();
-        let fresh = server_config(&[files, &issued].concat(), self.challenges.as_ref())?;
+        let fresh = Self::config(&[files, &issued].concat(), self.challenges.as_ref(), self.kernel_records)?;
         *self.files.lock().expect("certificate files lock") = files.to_vec();
         *self.current.write().expect("certificates lock") = fresh;
         Ok(())

@@ -1,15 +1,14 @@
 //! Whether the kernel can encrypt TLS records itself (kTLS, the `tls`
-//! upper-layer protocol), probed once at start on a loopback connection.
+//! upper-layer protocol), probed once at start on loopback connections.
 //!
-//! With kTLS, rustls would do the handshake and hand the record keys to the
-//! socket (`TCP_ULP` "tls", then `TLS_TX`), after which `sendfile` from the
-//! block cache works over HTTPS as it does in the clear. Where the kernel
-//! lacks the module (`setsockopt` fails with `ENOENT`), or the probe fails
-//! for any other reason, HTTPS is encrypted in user space by rustls. The
-//! outcome is logged and exported as `circus_tls_send_path{path=...}`.
-//! The send path over HTTPS is rustls in user space today whatever the
-//! probe says; the probe's answer is what decides the kTLS path where it
-//! is enabled.
+//! Where it can, rustls does each handshake and hands the record keys to
+//! the socket (`ktls_stream`), after which `sendfile` from the block cache
+//! works over HTTPS as it does in the clear. Where the kernel lacks the
+//! module (`setsockopt` fails with `ENOENT`), takes none of the cipher
+//! suites, or the probe fails for any other reason, HTTPS is encrypted in
+//! user space by rustls. The outcome is logged and exported as
+//! `circus_tls_send_path{path=...}`, and each connection is counted by the
+//! path it took (`circus_tls_connections_total{path=...}`).
 
 use std::{
     io,
@@ -36,6 +35,22 @@ impl KernelTls {
             }
             Err(e) => KernelTls::Unavailable(e.to_string()),
         }
+    }
+}
+
+/// The cipher suites whose records the kernel takes, when it takes any:
+/// then every HTTPS connection that negotiates one of them has its records
+/// encrypted by the kernel.
+pub async fn kernel_records() -> Result<ktls::CompatibleCiphers, String> {
+    if let KernelTls::Unavailable(why) = KernelTls::probe() {
+        return Err(why);
+    }
+    let ciphers = ktls::CompatibleCiphers::new().await.map_err(|e| format!("probing cipher suites: {e}"))?;
+    let any = |v: &ktls::CompatibleCiphersForVersion| v.aes_gcm_128 || v.aes_gcm_256 || v.chacha20_poly1305;
+    if any(&ciphers.tls13) || any(&ciphers.tls12) {
+        Ok(ciphers)
+    } else {
+        Err("the kernel's tls module takes none of the cipher suites".into())
     }
 }
 
