@@ -476,11 +476,15 @@ impl Connection {
         let lane =
             Lane { source: lane, peer: hitlane::Peer { addr: peer, tls: encrypted }, limits, stopping, answered };
         // hyper over `io` for the rest of the connection's life; h2
-        // connections gather their small frames into fewer writes (`gather`).
+        // connections gather their small frames into fewer writes, and all
+        // of them into full records where rustls encrypts (`gather`).
         macro_rules! serve_http {
             ($io:expr, $h2:expr) => {
+                serve_http!($io, $h2, gather::split)
+            };
+            ($io:expr, $h2:expr, $split:path) => {
                 if $h2 {
-                    let (io, gathering) = gather::split($io);
+                    let (io, gathering) = $split($io);
                     gathering
                         .around(watcher.watch(builder.serve_connection(TokioIo::new(io), service).into_owned()))
                         .await
@@ -515,7 +519,7 @@ impl Connection {
                         return;
                     };
                     let io = rewind::Rewind::new(tls_records::WholeRecords(encrypted), unread);
-                    serve_http!(io, h2)
+                    serve_http!(io, h2, gather::split_for_records)
                 } else {
                     let records = match ktls_stream::KernelTlsStream::take_over(encrypted).await {
                         Ok(records) => records,
@@ -547,7 +551,7 @@ impl Connection {
                     return;
                 };
                 let io = rewind::Rewind::new(tls_records::WholeRecords(encrypted), unread);
-                serve_http!(io, h2)
+                serve_http!(io, h2, gather::split_for_records)
             }
         };
         if let Err(e) = served {
