@@ -11,8 +11,8 @@
 //! bodies are not copied twice.
 //!
 //! A flush asked for inside the poll is put off to the poll's end, which
-//! is a few microseconds later on the same task; a shutdown writes what is
-//! gathered first.
+//! is a few microseconds later on the same task, and is then passed on to
+//! the stream underneath; a shutdown writes what is gathered first.
 //!
 //! Over rustls ([`split_for_records`]) every write is gathered, large ones
 //! too, and the buffer is written whenever it holds exactly four full TLS
@@ -53,6 +53,8 @@ struct Shared<S> {
     failed: Option<io::ErrorKind>,
     /// Every write is gathered, up to exactly `CAPACITY` (over rustls).
     whole_records: bool,
+    /// Bytes went to `io` since its last flush.
+    unflushed: bool,
 }
 
 /// The stream to hand to hyper, and what must wrap the connection's future
@@ -68,7 +70,8 @@ pub(crate) fn split_for_records<S>(io: S) -> (Gathered<S>, Gathering<S>) {
 }
 
 fn split_with<S>(io: S, whole_records: bool) -> (Gathered<S>, Gathering<S>) {
-    let shared = Arc::new(Mutex::new(Shared { io, buf: Vec::new(), written: 0, failed: None, whole_records }));
+    let shared =
+        Arc::new(Mutex::new(Shared { io, buf: Vec::new(), written: 0, failed: None, whole_records, unflushed: false }));
     (Gathered(shared.clone()), Gathering(shared))
 }
 
@@ -90,6 +93,7 @@ impl<S: AsyncWrite + Unpin> Shared<S> {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
             self.written += n;
+            self.unflushed = true;
         }
         self.buf.clear();
         self.written = 0;
@@ -118,6 +122,7 @@ impl<S: AsyncWrite + Unpin> Shared<S> {
                 other => return other,
             };
             done += n;
+            self.unflushed = true;
             // Past the `n` bytes taken, slice by slice.
             offset += n;
             while slice < bufs.len() && offset >= bufs[slice].len() {
@@ -196,7 +201,19 @@ impl<S: AsyncWrite + Unpin, F: Future> Future for Flushed<S, F> {
         let out = self.connection.as_mut().poll(cx);
         let mut shared = lock(&self.gathering.0);
         let gathered = !shared.buf.is_empty();
-        match shared.poll_drain(cx) {
+        // The flushes put off during the poll reach `io` here: rustls may
+        // still hold the ciphertext of what it took.
+        let drained = match shared.poll_drain(cx) {
+            Poll::Ready(Ok(())) if shared.unflushed => {
+                let flushed = Pin::new(&mut shared.io).poll_flush(cx);
+                if let Poll::Ready(Ok(())) = flushed {
+                    shared.unflushed = false;
+                }
+                flushed
+            }
+            other => other,
+        };
+        match drained {
             // A poll that sent nothing: the connection is idle, and an idle
             // connection keeps no buffer.
             Poll::Ready(Ok(())) if !gathered => shared.buf = Vec::new(),
@@ -404,6 +421,55 @@ mod tests {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         assert_eq!(seen.lock().unwrap().writes.concat(), vec![1; 100]);
         task.abort();
+    }
+
+    /// Takes every write but sends only on a flush, as rustls does when
+    /// the socket under it would block: the ciphertext stays queued.
+    #[derive(Default)]
+    struct Holding {
+        held: Vec<u8>,
+        sent: Vec<u8>,
+    }
+
+    struct HoldingSocket(Arc<Mutex<Holding>>);
+
+    impl AsyncWrite for HoldingSocket {
+        fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+            self.0.lock().unwrap().held.extend_from_slice(buf);
+            Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            let mut h = self.0.lock().unwrap();
+            let held = std::mem::take(&mut h.held);
+            h.sent.extend_from_slice(&held);
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// The h2 crate flushes after its writes, and the flush is put off to
+    /// the poll's end: there it must reach the stream underneath, or the
+    /// end of a response queued in rustls waits for a write that may never
+    /// come.
+    #[tokio::test]
+    async fn the_end_of_a_poll_flushes_the_stream_underneath() {
+        for records in [false, true] {
+            let holding = Arc::new(Mutex::new(Holding::default()));
+            let (mut stream, gathering) = split_with(HoldingSocket(holding.clone()), records);
+            let task = tokio::spawn(gathering.around(async move {
+                stream.write_all(b"small").await.unwrap();
+                stream.write_all(&[3; 100 * 1024]).await.unwrap();
+                stream.flush().await.unwrap();
+                // The connection then waits for its peer.
+                std::future::pending::<()>().await;
+            }));
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            let h = holding.lock().unwrap();
+            assert_eq!(h.sent.len(), 5 + 100 * 1024, "whole records: {records}, still held: {}", h.held.len());
+            task.abort();
+        }
     }
 
     #[tokio::test]
