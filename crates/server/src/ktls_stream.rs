@@ -12,10 +12,10 @@
 //! Records other than application data reach user space as `EIO` on a
 //! plain read, then whole with their type through `recvmsg`: a
 //! `close_notify` or fatal alert ends the stream (end of file), a warning
-//! or a stray session ticket is skipped, and anything else (a key update
-//! the socket cannot follow, a change-cipher-spec after the handshake)
-//! fails the connection with an error, never a panic. Shutting down sends
-//! `close_notify` as a record of its own.
+//! is skipped, and anything else (a key update the socket cannot follow, a
+//! session ticket or change-cipher-spec from a client) fails the
+//! connection with an error, never a panic. Shutting down sends
+//! `close_notify` as a record of its own, when the socket has room.
 
 use crate::sendfile::SendfileStream;
 use bytes::Bytes;
@@ -55,12 +55,27 @@ impl KernelTlsStream {
         Ok(KernelTlsStream { inner, read_closed: false, write_closed: false })
     }
 
+    /// Sends `close_notify` once the socket has room for it.
+    fn poll_close_notify(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.inner.poll_write_io(cx, || send_close_notify(self.inner.as_raw_fd()))
+    }
+
     /// Reads the record waiting on the socket that a plain read could not
     /// give (the kernel said `EIO`): what it means for the stream.
     fn take_control_record(&self) -> io::Result<Control> {
         let mut payload = vec![0u8; MAX_RECORD];
         let (record_type, len) = recv_record(self.inner.as_raw_fd(), &mut payload)?;
         Control::of(record_type, &payload[..len])
+    }
+}
+
+/// Whether taking over failed because the client sent something wrong or
+/// left (its fault, not the kernel's).
+pub fn client_gone(e: &ktls::Error) -> bool {
+    match e {
+        ktls::Error::DrainError(_) => true,
+        ktls::Error::UlpError(e) => e.raw_os_error() == Some(libc::ENOTCONN),
+        _ => false,
     }
 }
 
@@ -83,7 +98,8 @@ const HANDSHAKE: u8 = 22;
 /// Alert levels and the one description that is not an error.
 const FATAL: u8 = 2;
 const CLOSE_NOTIFY: u8 = 0;
-/// Handshake message types that may follow the handshake.
+/// Handshake message types that follow a handshake (from a server only,
+/// and a key update).
 const NEW_SESSION_TICKET: u8 = 4;
 const KEY_UPDATE: u8 = 24;
 
@@ -94,7 +110,7 @@ impl Control {
             (ALERT, [_, CLOSE_NOTIFY] | [FATAL, _]) => Ok(Control::Closed),
             (ALERT, [_, _]) => Ok(Control::Skipped),
             (ALERT, _) => refused("a malformed TLS alert"),
-            (HANDSHAKE, [NEW_SESSION_TICKET, ..]) => Ok(Control::Skipped),
+            (HANDSHAKE, [NEW_SESSION_TICKET, ..]) => refused("a TLS session ticket from a client"),
             (HANDSHAKE, [KEY_UPDATE, ..]) => {
                 refused("the client updated its TLS keys, which the kernel's TLS cannot follow here")
             }
@@ -215,9 +231,12 @@ impl AsyncWrite for KernelTlsStream {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         if !self.write_closed {
-            self.write_closed = true;
+            // After the response's last bytes, when the socket may be full.
             // A peer that is gone cannot be told; the socket closes anyway.
-            let _ = send_close_notify(self.inner.as_raw_fd());
+            if let Err(e) = ready!(self.poll_close_notify(cx)) {
+                tracing::debug!(error = %e, "close_notify not sent");
+            }
+            self.write_closed = true;
         }
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
@@ -232,11 +251,11 @@ mod tests {
         assert_eq!(Control::of(ALERT, &[1, CLOSE_NOTIFY]).unwrap(), Control::Closed);
         assert_eq!(Control::of(ALERT, &[FATAL, 40]).unwrap(), Control::Closed);
         assert_eq!(Control::of(ALERT, &[1, 90]).unwrap(), Control::Skipped); // user_canceled
-        assert_eq!(Control::of(HANDSHAKE, &[NEW_SESSION_TICKET, 0, 0, 1, 0]).unwrap(), Control::Skipped);
         for (record_type, payload) in [
             (ALERT, &[1u8][..]),
             (ALERT, &[][..]),
             (HANDSHAKE, &[KEY_UPDATE, 0, 0, 1, 0][..]),
+            (HANDSHAKE, &[NEW_SESSION_TICKET, 0, 0, 1, 0][..]),
             (HANDSHAKE, &[][..]),
             (HANDSHAKE, &[1, 0, 0, 0][..]),
             (CHANGE_CIPHER_SPEC, &[1][..]),

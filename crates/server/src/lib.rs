@@ -373,10 +373,17 @@ impl Server {
                 // The watchdog closes the connection by dropping it
                 // (whether it is in the hit lane or with hyper).
                 let watchdog = activity::watch(conn.activity.clone(), send_timeout);
-                // Boxed: the task stays small (see `Connection::serve`).
-                let served = Box::pin(conn.serve(stream, watcher));
+                // Boxed: the task stays small (see `Connection::serve`). A
+                // panic in a connection's code (its own or a library's, on
+                // what a client sent) ends that connection only, and is
+                // counted out like any other end.
+                let served = Box::pin(futures_util::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(
+                    conn.serve(stream, watcher),
+                )));
                 tokio::select! {
-                    () = served => {}
+                    ended = served => if ended.is_err() {
+                        tracing::warn!(%peer, "a connection's task panicked; the connection was closed");
+                    },
                     verdict = watchdog => {
                         if verdict == activity::Verdict::Cut {
                             metrics.connections_cut.inc();
@@ -523,6 +530,9 @@ impl Connection {
                 } else {
                     let records = match ktls_stream::KernelTlsStream::take_over(encrypted).await {
                         Ok(records) => records,
+                        Err(e) if ktls_stream::client_gone(&e) => {
+                            return tracing::debug!(?peer, error = %e, "client gone while the kernel took over");
+                        }
                         Err(e) => {
                             tls_connections.get_or_create(&metrics::PathLabel { path: "ktls_refused" }).inc();
                             return tracing::warn!(?peer, error = %e, "the kernel refused the TLS keys; connection lost");

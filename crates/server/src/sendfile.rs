@@ -57,6 +57,22 @@ impl SendfileStream {
         SendfileStream { unread, ..self }
     }
 
+    /// Runs `send` (a system call on the socket) once the socket has room,
+    /// again after each `EAGAIN`.
+    pub(crate) fn poll_write_io<R>(
+        &self,
+        cx: &mut Context<'_>,
+        mut send: impl FnMut() -> io::Result<R>,
+    ) -> Poll<io::Result<R>> {
+        loop {
+            ready!(self.inner.poll_write_ready(cx))?;
+            match self.inner.try_io(Interest::WRITABLE, &mut send) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                other => return Poll::Ready(other),
+            }
+        }
+    }
+
     fn poll_sendfile(
         &self,
         cx: &mut Context<'_>,
