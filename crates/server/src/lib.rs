@@ -528,12 +528,16 @@ impl Connection {
                     let io = rewind::Rewind::new(tls_records::WholeRecords(encrypted), unread);
                     serve_http!(io, h2, gather::split_for_records)
                 } else {
-                    let records = match ktls_stream::KernelTlsStream::take_over(encrypted).await {
-                        Ok(records) => records,
-                        Err(e) if ktls_stream::client_gone(&e) => {
+                    // Bounded as the handshake is: taking over may wait for
+                    // the rest of a record the client began.
+                    let taken = tokio::time::timeout(limits.idle, ktls_stream::KernelTlsStream::take_over(encrypted));
+                    let records = match taken.await {
+                        Err(_) => return tracing::debug!(?peer, "client silent while the kernel took over"),
+                        Ok(Ok(records)) => records,
+                        Ok(Err(e)) if ktls_stream::client_gone(&e) => {
                             return tracing::debug!(?peer, error = %e, "client gone while the kernel took over");
                         }
-                        Err(e) => {
+                        Ok(Err(e)) => {
                             tls_connections.get_or_create(&metrics::PathLabel { path: "ktls_refused" }).inc();
                             return tracing::warn!(?peer, error = %e, "the kernel refused the TLS keys; connection lost");
                         }
