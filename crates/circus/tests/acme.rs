@@ -157,7 +157,10 @@ fn a_fresh_server_gets_a_certificate_keeps_it_and_renews_it_without_dropping_a_d
     let root = dir.path().join("root");
     std::fs::create_dir(&root).unwrap();
     std::fs::write(root.join("small.txt"), "hello over acme\n").unwrap();
-    let big: Vec<u8> = (0..5u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    // Large enough that downloads at curl's --limit-rate 200K span the
+    // renewal at about 20 s: curl's limiter lets h2 through at up to
+    // 290 KB/s when the server writes 64 KiB at a time (5 MiB took 18 s).
+    let big: Vec<u8> = (0..8u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
     std::fs::write(root.join("big.bin"), &big).unwrap();
     let state = dir.path().join("acme");
     let port = free_port();
@@ -203,7 +206,7 @@ fn a_fresh_server_gets_a_certificate_keeps_it_and_renews_it_without_dropping_a_d
         .map(|i| {
             let out = dir.path().join(format!("got{i}.bin"));
             let child = Command::new("curl")
-                .args(["-sS", "--max-time", "60", "--limit-rate", "200K", "--cacert"])
+                .args(["-sS", "--max-time", "120", "--limit-rate", "200K", "--cacert"])
                 .arg(&root_pem)
                 .args(["--resolve", &format!("{NAME}:{port}:127.0.0.1"), "-o"])
                 .arg(&out)
