@@ -500,6 +500,19 @@ impl Connection {
                 }
             };
         }
+        // An HTTPS connection whose records rustls encrypts: the lane (which
+        // speaks HTTP/1.1 only), then hyper.
+        macro_rules! serve_rustls {
+            ($encrypted:expr, $h2:expr) => {{
+                tls_connections.get_or_create(&metrics::PathLabel { path: "userspace" }).inc();
+                let lane = if $h2 { Lane { source: None, ..lane } } else { lane };
+                let Some((encrypted, unread)) = lane.first($encrypted, &activity, lane_log.as_deref()).await else {
+                    return;
+                };
+                let io = rewind::Rewind::new(tls_records::WholeRecords(encrypted), unread);
+                serve_http!(io, $h2, gather::split_for_records)
+            }};
+        }
         let served = match (tls, kernel) {
             (None, _) => {
                 let Some((stream, unread)) = lane.first(stream, &activity, lane_log.as_deref()).await else { return };
@@ -520,13 +533,7 @@ impl Connection {
                 let suite = encrypted.get_ref().1.negotiated_cipher_suite();
                 if !suite.is_some_and(|s| kernel.is_compatible(s)) {
                     // A suite the kernel does not take: rustls encrypts.
-                    tls_connections.get_or_create(&metrics::PathLabel { path: "userspace" }).inc();
-                    let lane = if h2 { Lane { source: None, ..lane } } else { lane };
-                    let Some((encrypted, unread)) = lane.first(encrypted, &activity, lane_log.as_deref()).await else {
-                        return;
-                    };
-                    let io = rewind::Rewind::new(tls_records::WholeRecords(encrypted), unread);
-                    serve_http!(io, h2, gather::split_for_records)
+                    serve_rustls!(encrypted, h2)
                 } else {
                     // Bounded as the handshake is: taking over may wait for
                     // the rest of a record the client began.
@@ -558,14 +565,7 @@ impl Connection {
                     return tracing::debug!(?peer, "TLS handshake failed or timed out");
                 };
                 let Some(h2) = after_handshake(&mut encrypted).await else { return };
-                tls_connections.get_or_create(&metrics::PathLabel { path: "userspace" }).inc();
-                // The lane speaks HTTP/1.1 only.
-                let lane = if h2 { Lane { source: None, ..lane } } else { lane };
-                let Some((encrypted, unread)) = lane.first(encrypted, &activity, lane_log.as_deref()).await else {
-                    return;
-                };
-                let io = rewind::Rewind::new(tls_records::WholeRecords(encrypted), unread);
-                serve_http!(io, h2, gather::split_for_records)
+                serve_rustls!(encrypted, h2)
             }
         };
         if let Err(e) = served {
