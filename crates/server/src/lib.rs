@@ -20,6 +20,8 @@
 //! hyper sees the connection), `small` (whole small local files kept for
 //! the lane), `admin` (the admin listener's endpoints: metrics, status,
 //! purge, prefetch), [`tls`] (certificates for HTTPS, reloaded on SIGHUP),
+//! [`ktls_probe`] and `ktls_stream` (records encrypted by the kernel where
+//! it can, with `sendfile` as in the clear),
 //! [`acme`] (certificates issued and renewed by an ACME CA),
 //! `redirect` (the cleartext listener that redirects to HTTPS),
 //! [`settings`] and [`listen`] (every setting, as flag and TOML key),
