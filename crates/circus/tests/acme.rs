@@ -41,12 +41,17 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-fn wait_for_port(port: u16, what: &str) {
+/// Waits until something listens on `port`, or `child` exits first (a
+/// port it was given was taken meanwhile: false).
+fn listening_within_10_s(port: u16, child: &mut Killed) -> bool {
     let deadline = Instant::now() + Duration::from_secs(10);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "{what} did not start listening on {port}");
+        if child.0.try_wait().unwrap().is_some() || Instant::now() > deadline {
+            return false;
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
+    true
 }
 
 /// Pebble with a certificate validity of `validity_secs`, validating
@@ -60,6 +65,9 @@ struct Pebble {
     management: u16,
 }
 
+/// Pebble, started afresh (with new ports) up to three times: the ports
+/// are picked free but are only bound when Pebble starts, so another
+/// process may take one in between, and Pebble then exits.
 fn pebble(dir: &Path, tls_port: u16, validity_secs: u64) -> Pebble {
     let (cert, key) = (dir.join("pebble.pem"), dir.join("pebble.key"));
     let out = run(Command::new("openssl")
@@ -71,15 +79,39 @@ fn pebble(dir: &Path, tls_port: u16, validity_secs: u64) -> Pebble {
         .arg("-out")
         .arg(&cert));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for attempt in 1..=3 {
+        match start_pebble(dir, &cert, &key, tls_port, validity_secs) {
+            Ok(pebble) => return pebble,
+            Err(log) => eprintln!("WARNING: Pebble did not start (attempt {attempt} of 3); its log:\n{log}"),
+        }
+    }
+    panic!("Pebble did not start in three attempts (its logs are above)");
+}
+
+/// One start of pebble-challtestsrv (the DNS) and Pebble on fresh ports;
+/// the logs of both when either exits or does not listen within 10 s.
+fn start_pebble(dir: &Path, cert: &Path, key: &Path, tls_port: u16, validity_secs: u64) -> Result<Pebble, String> {
+    let log_of = |name: &str| {
+        let file = std::fs::File::create(dir.join(name)).unwrap();
+        (Stdio::from(file.try_clone().unwrap()), Stdio::from(file))
+    };
+    let read_logs = || {
+        let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+        format!("pebble-challtestsrv:\n{}\npebble:\n{}", read("dns.log"), read("pebble.log"))
+    };
+    let (dns_log, pebble_log) = (log_of("dns.log"), log_of("pebble.log"));
     let (dns, dns_management) = (free_port(), free_port());
-    let dns_server = spawn(
+    let mut dns_server = spawn(
         Command::new("pebble-challtestsrv")
             .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
             .args(["-dns01", &format!("127.0.0.1:{dns}"), "-management", &format!("127.0.0.1:{dns_management}")])
             .args(["-http01", "", "-https01", "", "-tlsalpn01", ""])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
+            .stdout(dns_log.0)
+            .stderr(dns_log.1),
     );
+    if !listening_within_10_s(dns_management, &mut dns_server) {
+        return Err(read_logs());
+    }
     let (listen, management) = (free_port(), free_port());
     let config = serde_json::json!({ "pebble": {
         "listenAddress": format!("127.0.0.1:{listen}"),
@@ -91,7 +123,7 @@ fn pebble(dir: &Path, tls_port: u16, validity_secs: u64) -> Pebble {
     }});
     let config_path = dir.join("pebble.json");
     std::fs::write(&config_path, config.to_string()).unwrap();
-    let ca = spawn(
+    let mut ca = spawn(
         Command::new("pebble")
             .arg("-config")
             .arg(&config_path)
@@ -99,18 +131,19 @@ fn pebble(dir: &Path, tls_port: u16, validity_secs: u64) -> Pebble {
             // No random pause before validating, no nonces refused at random.
             .env("PEBBLE_VA_NOSLEEP", "1")
             .env("PEBBLE_WFE_NONCEREJECT", "0")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
+            .stdout(pebble_log.0)
+            .stderr(pebble_log.1),
     );
-    wait_for_port(listen, "pebble");
-    wait_for_port(management, "pebble's management interface");
-    Pebble {
+    if !listening_within_10_s(listen, &mut ca) || !listening_within_10_s(management, &mut ca) {
+        return Err(read_logs());
+    }
+    Ok(Pebble {
         _dns: dns_server,
         _ca: ca,
         directory: format!("https://127.0.0.1:{listen}/dir"),
-        https_cert: cert,
+        https_cert: cert.to_owned(),
         management,
-    }
+    })
 }
 
 /// `circus serve ROOT --acme NAME` on `port`, once it says it listens.
