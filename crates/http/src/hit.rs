@@ -1,6 +1,9 @@
 //! What the hit lane asks of whatever holds resident responses: a whole
-//! response for a target, written into the lane's output buffer.
+//! response for a target, its head written into the lane's buffer and its
+//! body handed over as shared bytes (the lane writes it from there, without
+//! copying it first).
 
+use bytes::Bytes;
 use std::{
     cell::RefCell,
     time::{SystemTime, UNIX_EPOCH},
@@ -8,12 +11,19 @@ use std::{
 
 /// Whole resident objects, rendered as complete HTTP/1.1 responses.
 pub trait HitSource: Send + Sync {
-    /// Appends the whole response (status line, headers, body unless
-    /// `head`) for `target` to `out` and returns true, or returns false
-    /// and leaves `out` alone when the object is not a fresh, whole,
-    /// resident one. `headers` (all of them neutral: they never bear on freshness) may select among
-    /// representations (Vary).
-    fn render(&self, target: &str, head: bool, headers: &[httparse::Header<'_>], out: &mut Vec<u8>) -> bool;
+    /// For a fresh, whole, resident object at `target`: appends the status
+    /// line and header fields (each ending in CRLF, without the empty line
+    /// that ends the head) to `head` and returns the body (empty when
+    /// `method_head`). Otherwise returns `None` and leaves `head` alone.
+    /// `headers` (all of them neutral: they never bear on freshness) may
+    /// select among representations (Vary).
+    fn render(
+        &self,
+        target: &str,
+        method_head: bool,
+        headers: &[httparse::Header<'_>],
+        head: &mut Vec<u8>,
+    ) -> Option<Bytes>;
 }
 
 /// Appends `date: <now>\r\n`, formatted once a second per thread.

@@ -3,10 +3,11 @@
 //! An HTTP/1.1 connection starts here, in clear or over TLS (after the
 //! handshake, when ALPN chose http/1.1 or nothing). Each complete request head in the
 //! read buffer is parsed in place (httparse); a plain GET or HEAD of an
-//! object the [`HitSource`] holds resident is answered by copying its
-//! prerendered response into one output buffer, and the answers to a batch
-//! of pipelined requests leave in one write. Nothing is allocated per
-//! request and no task, channel or header map is involved.
+//! object the [`HitSource`] holds resident is answered with its
+//! prerendered head and its resident body ([`Answers`]: the body is shared,
+//! not copied), and the answers to a batch of pipelined requests leave in
+//! one vectored write. Nothing is allocated per request and no task,
+//! channel or header map is involved.
 //!
 //! The first request the lane does not answer (a miss, a range, a
 //! condition, credentials, HTTP/2, a malformed head, anything unusual)
@@ -19,6 +20,7 @@
 use crate::{
     access_log::{AccessLog, Entry},
     activity::Activity,
+    answers::{Answers, Rendered},
     state::AppState,
 };
 use bytes::{Buf, Bytes, BytesMut};
@@ -85,8 +87,7 @@ pub(crate) async fn run<S: AsyncRead + AsyncWrite + Unpin>(
 ) -> io::Result<Exit<S>> {
     let log = log.map(|log| (log, peer));
     let mut buf = BytesMut::with_capacity(8 * 1024);
-    // Grows to the largest batch; most connections stay small.
-    let mut out = Vec::new();
+    let mut out = Answers::default();
     let mut deadline = Instant::now() + limits.idle;
     loop {
         let read = tokio::select! {
@@ -103,11 +104,8 @@ pub(crate) async fn run<S: AsyncRead + AsyncWrite + Unpin>(
             let (count, batch) = answer_all(&mut buf, source, &mut out, log);
             if count > 0 {
                 answered.inc_by(count);
-                stream.write_all(&out).await?;
-                // (Over TLS, the records leave now.)
-                stream.flush().await?;
+                out.write_to(&mut stream).await?;
                 activity.wrote();
-                out.clear();
                 deadline = Instant::now() + limits.idle;
             }
             match batch {
@@ -142,7 +140,7 @@ enum Batch {
 fn answer_all(
     buf: &mut BytesMut,
     source: &dyn HitSource,
-    out: &mut Vec<u8>,
+    out: &mut Answers,
     log: Option<(&AccessLog, Peer)>,
 ) -> (u64, Batch) {
     let mut count = 0;
@@ -176,19 +174,15 @@ fn answer_all(
         {
             break Batch::Other;
         }
-        let start = out.len();
-        if !source.render(target, head, req.headers, out) {
-            break Batch::Other;
-        }
         let close = req
             .headers
             .iter()
             .any(|h| h.name.eq_ignore_ascii_case("connection") && h.value.eq_ignore_ascii_case(b"close"));
-        if close {
-            say_close(out, start);
-        }
+        let Some(rendered) = out.render(source, target, head, req.headers, close) else {
+            break Batch::Other;
+        };
         if let Some((log, peer)) = log {
-            log_answer(log, peer, &req, head, &out[start..]);
+            log_answer(log, peer, &req, head, rendered);
         }
         buf.advance(len);
         count += 1;
@@ -199,46 +193,41 @@ fn answer_all(
     (count, batch)
 }
 
-/// Adds `connection: close` to the head of the response that starts at
-/// `start` in `out`.
-fn say_close(out: &mut Vec<u8>, start: usize) {
-    const FIELD: &[u8] = b"connection: close\r\n";
-    let Some(end) = out[start..].windows(4).position(|w| w == b"\r\n\r\n") else { return };
-    let at = start + end + 2;
-    out.splice(at..at, FIELD.iter().copied());
-}
-
 /// The lane's answers where private prefixes exist: only for paths none
 /// covers (the full path checks the others).
 pub(crate) struct PublicOnly(pub Arc<AppState>);
 
 impl HitSource for PublicOnly {
-    fn render(&self, target: &str, head: bool, headers: &[httparse::Header<'_>], out: &mut Vec<u8>) -> bool {
+    fn render(
+        &self,
+        target: &str,
+        method_head: bool,
+        headers: &[httparse::Header<'_>],
+        head: &mut Vec<u8>,
+    ) -> Option<Bytes> {
         let path = target.split('?').next().unwrap_or(target);
         if self.0.private.covers(path) {
-            return false;
+            return None;
         }
         match &self.0.origin {
-            Some(tier) => tier.render(target, head, headers, out),
-            None => self.0.render(target, head, headers, out),
+            Some(tier) => tier.render(target, method_head, headers, head),
+            None => self.0.render(target, method_head, headers, head),
         }
     }
 }
 
-/// The access log's line for a request the lane answered with `response`.
-fn log_answer(log: &AccessLog, peer: Peer, req: &httparse::Request<'_, '_>, head: bool, response: &[u8]) {
+/// The access log's line for a request the lane answered.
+fn log_answer(log: &AccessLog, peer: Peer, req: &httparse::Request<'_, '_>, head: bool, rendered: Rendered) {
     let field = |name: &str| {
         req.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).and_then(|h| std::str::from_utf8(h.value).ok())
     };
-    let status = response.get(9..12).and_then(|s| std::str::from_utf8(s).ok()?.parse().ok()).unwrap_or(0);
-    let body_at = response.windows(4).position(|w| w == b"\r\n\r\n").map_or(response.len(), |p| p + 4);
     log.write(&Entry {
         peer: peer.addr,
         method: if head { "HEAD" } else { "GET" },
         target: req.path.unwrap_or(""),
         version: "HTTP/1.1",
-        status,
-        bytes: (response.len() - body_at) as u64,
+        status: rendered.status,
+        bytes: rendered.body,
         duration: Duration::ZERO,
         native: false,
         tls: peer.tls,
@@ -287,21 +276,27 @@ pub struct LaneOutcome {
 pub fn answer_for_fuzzing(input: &[u8], hit: impl FnMut(&str) -> bool + Send) -> LaneOutcome {
     struct Recorder<F>(std::sync::Mutex<(F, Vec<Offered>)>);
     impl<F: FnMut(&str) -> bool + Send> HitSource for Recorder<F> {
-        fn render(&self, target: &str, head: bool, headers: &[httparse::Header<'_>], out: &mut Vec<u8>) -> bool {
+        fn render(
+            &self,
+            target: &str,
+            method_head: bool,
+            headers: &[httparse::Header<'_>],
+            head: &mut Vec<u8>,
+        ) -> Option<Bytes> {
             let mut guard = self.0.lock().expect("not poisoned");
             let (hit, offered) = &mut *guard;
             let answered = hit(target);
             let headers = headers.iter().map(|h| (h.name.to_owned(), h.value.to_vec())).collect();
-            offered.push(Offered { target: target.to_owned(), head, headers, answered });
-            if answered {
-                out.extend_from_slice(target.as_bytes());
-            }
-            answered
+            offered.push(Offered { target: target.to_owned(), head: method_head, headers, answered });
+            answered.then(|| {
+                head.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+                Bytes::copy_from_slice(target.as_bytes())
+            })
         }
     }
     let source = Recorder(std::sync::Mutex::new((hit, Vec::new())));
     let mut buf = BytesMut::from(input);
-    let mut out = Vec::new();
+    let mut out = Answers::default();
     let (handed_off, closed) = loop {
         match answer_all(&mut buf, &source, &mut out, None).1 {
             Batch::Full => out.clear(),
@@ -330,23 +325,26 @@ mod tests {
     struct OneObject;
 
     impl HitSource for OneObject {
-        fn render(&self, target: &str, head: bool, _: &[httparse::Header<'_>], out: &mut Vec<u8>) -> bool {
+        fn render(
+            &self,
+            target: &str,
+            method_head: bool,
+            _: &[httparse::Header<'_>],
+            head: &mut Vec<u8>,
+        ) -> Option<Bytes> {
             if target != "/hit" {
-                return false;
+                return None;
             }
-            out.extend_from_slice(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n");
-            if !head {
-                out.extend_from_slice(b"ok");
-            }
-            true
+            head.extend_from_slice(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n");
+            Some(Bytes::from_static(if method_head { b"" } else { b"ok" }))
         }
     }
 
     fn answer(input: &[u8]) -> (Vec<u8>, Vec<u8>, bool) {
         let mut buf = BytesMut::from(input);
-        let mut out = Vec::new();
+        let mut out = Answers::default();
         let handed = matches!(answer_all(&mut buf, &OneObject, &mut out, None).1, Batch::Other);
-        (out, buf.to_vec(), handed)
+        (out.to_vec(), buf.to_vec(), handed)
     }
 
     #[test]
@@ -389,13 +387,13 @@ mod tests {
         let close = b"GET /hit HTTP/1.1\r\nHost: x\r\nConnection: Close\r\n\r\n";
         let next = b"GET /hit HTTP/1.1\r\nHost: x\r\n\r\n";
         let mut buf = BytesMut::from(&[&next[..], close, next].concat()[..]);
-        let mut out = Vec::new();
+        let mut out = Answers::default();
         let (count, batch) = answer_all(&mut buf, &OneObject, &mut out, None);
         assert_eq!(count, 2);
         assert!(matches!(batch, Batch::Close));
         let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
         let closing = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok";
-        assert_eq!(out, [&answer[..], closing].concat());
+        assert_eq!(out.to_vec(), [&answer[..], closing].concat());
         assert_eq!(&buf[..], next, "what follows a close is never answered");
     }
 }

@@ -44,6 +44,7 @@ pub mod access_log;
 pub mod acme;
 mod activity;
 mod admin;
+mod answers;
 mod arena;
 mod body;
 pub mod config;
@@ -176,7 +177,7 @@ impl Server {
         let plan = MemoryPlan::new(cfg.sched.cache_bytes, cfg.sched.block_size, cfg.origin.as_ref())
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         cfg.sched.cache_bytes = plan.scheduler;
-        let small = Arc::new(small::SmallFiles::new(plan.small_files, u64::from(cfg.sched.block_size)));
+        let small = Arc::new(small::SmallFiles::new(plan.small_files, small::largest_kept(cfg.sched.block_size)));
         let arena = if cfg.zero_copy { cache_arena(&cfg)? } else { None };
         let storage = driver::Storage {
             io_threads: cfg.io_threads,

@@ -1,7 +1,11 @@
-//! Whole small files (one block or less) kept as complete responses, so
-//! that the hit lane ([`crate::hitlane`]) answers them without the
-//! scheduler: for a file that fits one block there is nothing to share
-//! out of order, and a driver round trip per request cost 8x nginx's rate.
+//! Whole small files (up to [`largest_kept`]) kept as complete responses,
+//! so that the hit lane ([`crate::hitlane`]) answers them without the
+//! scheduler: a file this small is read whole at once and kept resident,
+//! so there is nothing to share out of order, and the full path's fixed
+//! cost per request (a driver round trip cost 8x nginx's rate for one
+//! block; the scheduler, hyper and a `stat` for a few) outweighs the one
+//! copy the kernel makes of a body written from memory rather than sent
+//! from the block cache with `sendfile`.
 //!
 //! A file is admitted after hyper's full path has answered a plain GET for
 //! it: one storage read, the hash index (for `Repr-Digest`), and the head
@@ -74,12 +78,18 @@ impl Kept {
     }
 }
 
+/// The largest file kept whole: 256 KiB, or a block where blocks are
+/// larger.
+pub(crate) fn largest_kept(block_size: u32) -> u64 {
+    u64::from(block_size).max(256 << 10)
+}
+
 pub(crate) struct SmallFiles {
     /// By request path, still percent-encoded (as the lane sees it).
     cache: Cache<String, Arc<Small>, ByBytes>,
     /// Versions being read for admission, so a crowd reads a file once.
     admitting: Mutex<FxHashSet<FileId>>,
-    /// Largest file kept: one block.
+    /// Largest file kept ([`largest_kept`]).
     max_size: u64,
     budget: u64,
 }
@@ -128,8 +138,12 @@ impl SmallFiles {
         let index = file.index().await?;
         let bytes = file.source.read_block(0, file.size as u32).await?;
         read_bytes.inc_by(bytes.len() as u64);
-        if !index.verify(0, &bytes) {
-            return Err(ReadError::changed(format!("{} changed while it was read", file.rel)));
+        let changed = || ReadError::changed(format!("{} changed while it was read", file.rel));
+        // Exactly the file's bytes: the read buffer is rounded up for O_DIRECT.
+        let exact = bytes.get(..file.size as usize).ok_or_else(changed)?;
+        let block = file.layout.block_size() as usize;
+        if !exact.chunks(block).enumerate().all(|(i, b)| index.verify(i as u32, b)) {
+            return Err(changed());
         }
         let digest = base64::engine::general_purpose::STANDARD.encode(index.sha256);
         Ok(Small {
@@ -137,8 +151,7 @@ impl SmallFiles {
             entry: Arc::downgrade(file),
             head: Bytes::from(head(file, &digest)),
             fields: fields(file, &digest),
-            // Exactly the file's bytes: the read buffer is rounded up for O_DIRECT.
-            body: Bytes::copy_from_slice(&bytes),
+            body: Bytes::copy_from_slice(exact),
             checked: AtomicU64::new(unix_secs(SystemTime::now())),
         })
     }
@@ -184,25 +197,21 @@ impl SmallFiles {
         &self,
         files: &FileTable,
         target: &str,
-        head: bool,
+        method_head: bool,
         headers: &[httparse::Header<'_>],
-        out: &mut Vec<u8>,
-    ) -> bool {
+        head: &mut Vec<u8>,
+    ) -> Option<Bytes> {
         let path = target.split_once('?').map_or(target, |(p, _)| p);
         // A native client gets the block stream from the full path.
         let accepts = headers.iter().filter(|h| h.name.eq_ignore_ascii_case("accept"));
         if circus_http::accept::lists_native(accepts.filter_map(|h| std::str::from_utf8(h.value).ok())) {
-            return false;
+            return None;
         }
         let now = SystemTime::now();
-        let Some(small) = self.current(files, path, now) else { return false };
-        out.extend_from_slice(&small.head);
-        circus_http::put_date(out, now);
-        out.extend_from_slice(b"\r\n");
-        if !head {
-            out.extend_from_slice(&small.body);
-        }
-        true
+        let small = self.current(files, path, now)?;
+        head.extend_from_slice(&small.head);
+        circus_http::put_date(head, now);
+        Some(if method_head { Bytes::new() } else { small.body.clone() })
     }
 }
 
@@ -264,12 +273,13 @@ mod tests {
             small.render(&files, target, false, headers, out)
         };
         let mut out = Vec::new();
-        assert!(lane("/s.txt?x=1", &[], &mut out));
+        let body = lane("/s.txt?x=1", &[], &mut out).expect("answered");
+        assert_eq!(body, &b"small file"[..]);
         let text = String::from_utf8(out).unwrap();
         assert!(text.starts_with("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 10\r\n"), "{text}");
-        assert!(text.contains("\r\ndate: ") && text.ends_with("\r\n\r\nsmall file"), "{text}");
+        assert!(text.contains("\r\ndate: ") && text.ends_with("GMT\r\n"), "{text}");
         let native = [httparse::Header { name: "Accept", value: b"application/vnd.circus.blocks" }];
-        assert!(!lane("/s.txt", &native, &mut Vec::new()), "native clients go to the full path");
+        assert!(lane("/s.txt", &native, &mut Vec::new()).is_none(), "native clients go to the full path");
         let found = small.kept(&files, "/s.txt").expect("kept whole");
         let (fields, body) = found.whole();
         assert_eq!(body, &b"small file"[..]);
@@ -282,7 +292,7 @@ mod tests {
         // Rewritten: within a second the entry is checked again and dropped.
         std::fs::write(dir.path().join("s.txt"), b"changed!!!!").unwrap();
         small.cache.get("/s.txt").unwrap().checked.store(0, Ordering::Relaxed);
-        assert!(!lane("/s.txt", &[], &mut Vec::new()));
+        assert!(lane("/s.txt", &[], &mut Vec::new()).is_none());
         assert!(!kept(&small));
         assert!(small.kept(&files, "/s.txt").is_none(), "the full path resolves the file anew");
     }

@@ -27,7 +27,13 @@ pub(crate) struct AppState {
 
 /// The local directory's answers for the hit lane.
 impl HitSource for AppState {
-    fn render(&self, target: &str, head: bool, headers: &[httparse::Header<'_>], out: &mut Vec<u8>) -> bool {
-        self.small.render(&self.files, target, head, headers, out)
+    fn render(
+        &self,
+        target: &str,
+        method_head: bool,
+        headers: &[httparse::Header<'_>],
+        head: &mut Vec<u8>,
+    ) -> Option<bytes::Bytes> {
+        self.small.render(&self.files, target, method_head, headers, head)
     }
 }
