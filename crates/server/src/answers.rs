@@ -4,6 +4,7 @@
 //! body leaves from the store's own bytes, copied once, by the kernel; a
 //! slow client holds a reference to it, never a copy of its own.
 
+use crate::activity::Activity;
 use bytes::{Buf, Bytes, BytesMut};
 use circus_http::HitSource;
 use std::{collections::VecDeque, io, io::IoSlice};
@@ -92,8 +93,9 @@ impl Answers {
     }
 
     /// Writes everything queued to `stream`, then flushes it (over TLS,
-    /// the records leave now).
-    pub async fn write_to<S: AsyncWrite + Unpin>(&mut self, stream: &mut S) -> io::Result<()> {
+    /// the records leave now); each write that moves bytes is progress in
+    /// `activity`.
+    pub async fn write_to<S: AsyncWrite + Unpin>(&mut self, stream: &mut S, activity: &Activity) -> io::Result<()> {
         self.seal();
         while !self.pieces.is_empty() {
             let mut slices = [IoSlice::new(&[]); MAX_SLICES];
@@ -105,6 +107,7 @@ impl Answers {
             if wrote == 0 {
                 return Err(io::ErrorKind::WriteZero.into());
             }
+            activity.wrote();
             self.len -= wrote;
             while wrote > 0 {
                 let front = self.pieces.front_mut().expect("wrote no more than was queued");
@@ -238,7 +241,13 @@ mod tests {
                 copy.render(&source, target, method_head, &[], close).unwrap();
             }
             let mut out = Trickle { got: Vec::new(), step };
-            copy.write_to(&mut out).await.unwrap();
+            // Each write is progress: a connection quiet for 30 ms before
+            // the answers left is not quiet for 20 ms after.
+            let activity = Activity::new(None);
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            copy.write_to(&mut out, &activity).await.unwrap();
+            let quiet = std::time::Duration::from_millis(20);
+            assert_eq!(activity.verdict(quiet), crate::activity::Verdict::Keep, "written {step} at a time");
             assert!(out.got == expected, "written {step} bytes at a time");
             assert!(copy.is_empty() && copy.pieces.is_empty());
         }

@@ -5,9 +5,9 @@
 //! read buffer is parsed in place (httparse); a plain GET or HEAD of an
 //! object the [`HitSource`] holds resident is answered with its
 //! prerendered head and its resident body ([`Answers`]: the body is shared,
-//! not copied), and the answers to a batch of pipelined requests leave in
-//! one vectored write. Nothing is allocated per request and no task,
-//! channel or header map is involved.
+//! not copied), and the answers to a batch of pipelined requests leave
+//! together, in vectored writes. Nothing is allocated per request (in
+//! clear) and no task, channel or header map is involved.
 //!
 //! The first request the lane does not answer (a miss, a range, a
 //! condition, credentials, HTTP/2, a malformed head, anything unusual)
@@ -82,7 +82,7 @@ pub(crate) async fn run<S: AsyncRead + AsyncWrite + Unpin>(
     limits: Limits,
     mut shutdown: watch::Receiver<bool>,
     answered: &Counter,
-    activity: &Activity,
+    activity: &Arc<Activity>,
     log: Option<&AccessLog>,
 ) -> io::Result<Exit<S>> {
     let log = log.map(|log| (log, peer));
@@ -104,8 +104,10 @@ pub(crate) async fn run<S: AsyncRead + AsyncWrite + Unpin>(
             let (count, batch) = answer_all(&mut buf, source, &mut out, log);
             if count > 0 {
                 answered.inc_by(count);
-                out.write_to(&mut stream).await?;
-                activity.wrote();
+                // In flight while it is written, each write counting as
+                // progress: the watchdog cuts only a client that stalls.
+                let _in_flight = activity.response();
+                out.write_to(&mut stream, activity).await?;
                 deadline = Instant::now() + limits.idle;
             }
             match batch {

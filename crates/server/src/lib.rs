@@ -17,8 +17,9 @@
 //! `arena` and `sendfile` (cache memory in a memfd or an unlinked file on
 //! `--cache-dir`, sent with `sendfile(2)` instead of copied), `pacer` (a
 //! storage read cap), `hitlane` (resident small objects answered before
-//! hyper sees the connection), `small` (whole small local files kept for
-//! the lane), `admin` (the admin listener's endpoints: metrics, status,
+//! hyper sees the connection), `answers` (the lane's answers written with
+//! their bodies shared, not copied), `small` (whole small local files kept
+//! for the lane), `admin` (the admin listener's endpoints: metrics, status,
 //! purge, prefetch), [`tls`] (certificates for HTTPS, reloaded on SIGHUP),
 //! [`ktls_probe`] and `ktls_stream` (records encrypted by the kernel where
 //! it can, with `sendfile` as in the clear),
@@ -612,7 +613,7 @@ impl Lane {
     async fn first<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
         self,
         stream: S,
-        activity: &activity::Activity,
+        activity: &Arc<activity::Activity>,
         log: Option<&access_log::AccessLog>,
     ) -> Option<(S, Bytes)> {
         let Some(source) = self.source else { return Some((stream, Bytes::new())) };

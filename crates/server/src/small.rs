@@ -35,6 +35,10 @@ use std::{
     time::{SystemTime, UNIX_EPOCH},
 };
 
+/// Files read for admission at once, at most: each holds its read and its
+/// copy outside the budget until it is kept.
+const ADMITTING_AT_MOST: usize = 8;
+
 /// Charged per entry on top of its bytes: the struct, key and table slot.
 const ENTRY_OVERHEAD: u64 = 192;
 
@@ -101,12 +105,17 @@ impl std::fmt::Debug for SmallFiles {
 }
 
 impl SmallFiles {
+    /// A store of `budget` bytes keeping files of up to `max_size` bytes,
+    /// or an eighth of the budget if less: the cache refuses an entry
+    /// heavier than its shard, and a file it would refuse would be read
+    /// again at every request.
     pub fn new(budget: u64, max_size: u64) -> Self {
-        let items = (budget / (max_size / 4).max(1024)).clamp(16, 1 << 20) as usize;
+        // An estimate of the entries it will hold, for sizing its table.
+        let items = (budget / (16 << 10)).clamp(16, 1 << 20) as usize;
         SmallFiles {
             cache: Cache::with_weighter(items, budget.max(1), ByBytes),
             admitting: Mutex::default(),
-            max_size,
+            max_size: max_size.min(budget / 8),
             budget,
         }
     }
@@ -120,8 +129,13 @@ impl SmallFiles {
     /// under `url_path`, in the background, counting the read in
     /// `read_bytes`; a second call for a version being admitted is a no-op.
     pub fn admit(self: &Arc<Self>, read_bytes: Counter, file: Arc<FileEntry>, url_path: &str) {
-        if !self.admitting.lock().expect("admitting lock").insert(file.id) {
-            return;
+        {
+            let mut admitting = self.admitting.lock().expect("admitting lock");
+            // A crawl of many files admits a few at a time; the others are
+            // served by the full path and admitted at a later request.
+            if admitting.len() >= ADMITTING_AT_MOST || !admitting.insert(file.id) {
+                return;
+            }
         }
         let (this, url_path) = (self.clone(), url_path.to_owned());
         tokio::spawn(async move {
@@ -139,7 +153,6 @@ impl SmallFiles {
         let bytes = file.source.read_block(0, file.size as u32).await?;
         read_bytes.inc_by(bytes.len() as u64);
         let changed = || ReadError::changed(format!("{} changed while it was read", file.rel));
-        // Exactly the file's bytes: the read buffer is rounded up for O_DIRECT.
         let exact = bytes.get(..file.size as usize).ok_or_else(changed)?;
         let block = file.layout.block_size() as usize;
         if !exact.chunks(block).enumerate().all(|(i, b)| index.verify(i as u32, b)) {
@@ -298,7 +311,7 @@ mod tests {
     }
 
     #[test]
-    fn files_larger_than_a_block_or_empty_are_not_kept() {
+    fn files_over_the_limit_or_empty_are_not_kept() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("big"), vec![1u8; 5000]).unwrap();
         std::fs::write(dir.path().join("empty"), b"").unwrap();
@@ -307,5 +320,9 @@ mod tests {
         assert!(!small.wants(&files.lookup("/big").unwrap()));
         assert!(!small.wants(&files.lookup("/empty").unwrap()));
         assert!(!SmallFiles::new(0, 4096).wants(&files.lookup("/big").unwrap()));
+        // No file heavier than an eighth of the store, which the cache
+        // would refuse after every read.
+        assert!(SmallFiles::new(1 << 20, 256 << 10).wants(&files.lookup("/big").unwrap()));
+        assert!(!SmallFiles::new(32 << 10, 256 << 10).wants(&files.lookup("/big").unwrap()));
     }
 }
