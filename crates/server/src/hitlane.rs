@@ -114,7 +114,13 @@ pub(crate) async fn run<S: AsyncRead + AsyncWrite + Unpin>(
                 Batch::Full => {}
                 Batch::Close => {
                     // The client asked for this to be the last answer.
-                    let _ = stream.shutdown().await;
+                    // Over TLS the shutdown sends close_notify; in clear the
+                    // close that follows sends the same FIN after the
+                    // answer, and a `shutdown` first would only cost a
+                    // system call per connection.
+                    if peer.tls {
+                        let _ = stream.shutdown().await;
+                    }
                     return Ok(Exit::Closed);
                 }
                 Batch::NeedMore if buf.len() <= limits.max_head => break,

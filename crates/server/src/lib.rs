@@ -62,6 +62,7 @@ mod listing;
 mod mailbox;
 mod memory;
 mod metrics;
+mod nodelay;
 mod observe;
 mod open_connections;
 mod pacer;
@@ -144,7 +145,9 @@ impl Server {
         let mut listeners = Vec::with_capacity(cfg.listen.len());
         for addr in &cfg.listen {
             let bound = TcpListener::bind(addr).await;
-            listeners.push(bound.map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?);
+            let listener = bound.map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
+            nodelay::on_listener(&listener);
+            listeners.push(listener);
         }
         if listeners.is_empty() {
             return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "no address to listen on"));
@@ -319,7 +322,7 @@ impl Server {
                 },
                 () = &mut shutdown => break,
             };
-            let _ = stream.set_nodelay(true);
+            nodelay::on_accepted(&stream);
             let state = self.state.clone();
             if slots.available_permits() <= headroom && open.evict_idlest() {
                 self.state.metrics.connections_evicted.inc();
