@@ -9,8 +9,11 @@ use tokio::net::{TcpListener, TcpStream};
 /// Sets TCP_NODELAY where accepted sockets will inherit it.
 pub(crate) fn on_listener(listener: &TcpListener) {
     if cfg!(target_os = "linux") {
-        // Failure only costs latency; the accepted side is set then.
-        let _ = socket2::SockRef::from(listener).set_tcp_nodelay(true);
+        // No failure is known for a bound TCP socket; one would leave
+        // Nagle on (small answers delayed, not lost), so it is logged.
+        if let Err(e) = socket2::SockRef::from(listener).set_tcp_nodelay(true) {
+            tracing::warn!(error = %e, "TCP_NODELAY on the listener failed: small answers may wait for ACKs");
+        }
     }
 }
 
