@@ -14,11 +14,15 @@
 //! sequential policy (an LRU block cache), and, unless some clients are
 //! native, nginx with its page cache bounded to the same budget by a
 //! memory cgroup (`memcg`), so the kernel's own page cache decides what
-//! stays. Beside each figure of an all-curl crowd stands the fewest reads
-//! any cache of the same size could have done for the same arrivals and
-//! rates (Belady's offline rule, `circus_sim::bound`): plain downloads read
-//! at fixed times whatever the server does, so no eviction can beat that
-//! number, and a target below it can only be met by slowing clients down.
+//! stays. Beside each unpaced figure of an all-curl crowd stands the
+//! fewest reads any cache of the same size could have done for the same
+//! arrivals and rates (Belady's offline rule, `circus_sim::bound`): plain
+//! downloads read at fixed times whatever the server does, so no eviction
+//! can beat that number, and a target below it can only be met by slowing
+//! clients down. It takes each download at its average rate, so it holds
+//! only as far as the downloads read steadily: not for paced ones (no
+//! bound is printed beside them), nor for bursts into a client's receive
+//! buffer.
 //! aria2c's connections are in-order readers too, of ranges it picks as it
 //! goes; their bound is computed afterwards from the ranges, times and
 //! rates in the server's access log (`range_log`).

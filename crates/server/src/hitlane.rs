@@ -117,7 +117,9 @@ pub(crate) async fn run<S: AsyncRead + AsyncWrite + Unpin>(
                     // Over TLS the shutdown sends close_notify; in clear the
                     // close that follows sends the same FIN after the
                     // answer, and a `shutdown` first would only cost a
-                    // system call per connection.
+                    // system call per connection. (Either way, bytes the
+                    // client sent after its last request and the lane did
+                    // not read make the close a reset.)
                     if peer.tls {
                         let _ = stream.shutdown().await;
                     }
