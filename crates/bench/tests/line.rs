@@ -92,16 +92,18 @@ fn the_line_delays_packets_from_the_server_and_charges_requests_its_overhead() {
     }
     let ms = Duration::from_millis;
     // Delay: both the SYN-ACK and the echo come back 4 ms late; the
-    // control address is not queued.
+    // control address is not queued. Upper bounds sit below what a delay
+    // applied twice (or to the control address) would give, with the
+    // slack a loaded machine needs: CI saw an echo take 6.06 ms here.
     let net = network(LineSpec { delay: ms(4), super_packets: true, ..LineSpec::default() });
     let _echo = echo_in(&net, 7007);
     let server = SocketAddr::from((net.plan.server_ip(), 7007));
     let (connect, echo) = times(net.plan.client_ip(0, 0), server);
     eprintln!("delay 4 ms: connect {connect:?}, echo {echo:?}");
-    assert!(connect >= ms(4) && connect < ms(6), "connect took {connect:?}");
-    assert!(echo >= ms(4) && echo < ms(6), "echo took {echo:?}");
+    assert!(connect >= ms(4) && connect < ms(8), "connect took {connect:?}");
+    assert!(echo >= ms(4) && echo < ms(8), "echo took {echo:?}");
     let (connect, echo) = times(net.plan.control_ip(), server);
-    assert!(connect < ms(2) && echo < ms(2), "control address: {connect:?}, {echo:?}");
+    assert!(connect < ms(4) && echo < ms(4), "control address: {connect:?}, {echo:?}");
     drop(_echo);
     drop(net);
     // Overhead: only packets carrying data to the server pay it.
@@ -110,6 +112,6 @@ fn the_line_delays_packets_from_the_server_and_charges_requests_its_overhead() {
     let server = SocketAddr::from((net.plan.server_ip(), 7007));
     let (connect, echo) = times(net.plan.client_ip(0, 0), server);
     eprintln!("overhead 3 ms: connect {connect:?}, echo {echo:?}");
-    assert!(connect < ms(2), "a SYN carries no data, yet connect took {connect:?}");
-    assert!(echo >= ms(3) && echo < ms(5), "echo took {echo:?}");
+    assert!(connect < ms(3), "a SYN carries no data, yet connect took {connect:?}");
+    assert!(echo >= ms(3) && echo < ms(6), "echo took {echo:?}");
 }
