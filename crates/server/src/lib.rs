@@ -27,7 +27,8 @@
 //! `redirect` (the cleartext listener that redirects to HTTPS),
 //! [`settings`] and [`listen`] (every setting, as flag and TOML key),
 //! [`access_log`], [`private`] (signed URLs and bearer tokens per prefix),
-//! `listing` (directory pages).
+//! `listing` (directory pages), `nodelay` (Nagle off on client
+//! connections, set once on the listener where they inherit it).
 //! With `--origin`, requests go to [`circus_origin`]'s tier;
 //! its native clients join the same scheduler once an object's tree is
 //! known.
