@@ -134,6 +134,9 @@ pub struct BenchOptions {
     pub seconds: f64,
     /// Alternating rounds per load (https, defaults).
     pub rounds: usize,
+    /// How the plain crowds' client links are emulated (default: kernel
+    /// when root, else the clients throttle themselves).
+    pub links: Option<experiment::LinkMode>,
 }
 
 #[derive(Debug, thiserror::Error)]

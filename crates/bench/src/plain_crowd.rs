@@ -1,7 +1,19 @@
 //! Storage read amplification for the clients most crowds are made of:
 //! curl downloads, each receiving the file front to back at the rate its
-//! link allows (`curl --limit-rate`), all starting within half a second,
-//! through a cache far smaller than the file.
+//! link allows, all starting within half a second, through a cache far
+//! smaller than the file.
+//!
+//! The links are emulated in the kernel when the bench runs as root
+//! (`--links kernel`, the default then: [`crate::netem`], an HTB class per
+//! client address, the servers in a namespace) or by the clients
+//! themselves over loopback (`--links client`: `curl --limit-rate`,
+//! aria2c's download limit). The two are not the same crowd. A client
+//! behind a link takes data as the link delivers it, and its receive
+//! buffer stays nearly empty. A client that throttles its own reads lets
+//! its receive buffer fill: loopback delivers whatever the buffer takes
+//! (the kernel grows it up to `tcp_rmem`'s maximum, 32 MiB here) at once,
+//! so the server sees bursts and a client running megabytes ahead of what
+//! it has read, a different distance for each client.
 //! - `amplification-plain`: 10 curl clients at 15-60 MB/s (uniform);
 //! - `amplification-mixed`: the same, half curl and half native;
 //! - `amplification-segmented`: 8 aria2c clients with 16 connections each
@@ -28,7 +40,12 @@
 //! rates in the server's access log (`range_log`).
 
 use crate::{
-    BenchError, BenchOptions, Report, Row, amplification, io_err, make_file, memcg::MemoryCgroup, native_client,
+    BenchError, BenchOptions, Report, Row, amplification,
+    experiment::LinkMode,
+    io_err, make_file,
+    memcg::MemoryCgroup,
+    native_client,
+    netem::{NetPlan, Network, is_root},
     procs::ServerProc,
 };
 use circus_core::BlockLayout;
@@ -42,6 +59,12 @@ const RATES: std::ops::Range<f64> = 15e6..60e6;
 
 /// The server's block size (its default), for the bound.
 const BLOCK: u32 = 64 << 10;
+
+/// Bytes on the wire per byte of payload in a full segment (1,514-byte
+/// Ethernet frames carrying 1,448 bytes of TCP payload with timestamps):
+/// an emulated link runs this much faster than the client's rate, so the
+/// payload arrives at the rate and the ideal time stays size / rate.
+const WIRE_PER_PAYLOAD: f64 = 1514.0 / 1448.0;
 
 /// Who makes up the crowd.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +124,89 @@ impl Crowd {
     }
 }
 
+/// One client of the crowd, drawn before the run so that every server
+/// sees the same crowd and the links can be built for it.
+#[derive(Debug, Clone, Copy)]
+struct Client {
+    rate: f64,
+    jitter: Duration,
+    plain: bool,
+}
+
+/// The crowd of `opts.seed`: each client's rate, start and kind.
+fn draw(opts: &BenchOptions, crowd: Crowd) -> Vec<Client> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(opts.seed);
+    (0..opts.clients)
+        .map(|i| Client {
+            rate: crowd.rate(&mut rng),
+            jitter: Duration::from_millis(rng.random_range(0..500)),
+            plain: crowd != Crowd::Mixed || i % 2 == 0,
+        })
+        .collect()
+}
+
+/// Where the servers listen and how their clients reach them.
+struct Links {
+    /// With kernel links: the namespace, veth and HTB classes.
+    net: Option<Network>,
+}
+
+impl Links {
+    /// Builds one link per client when `mode` is kernel.
+    fn up(mode: LinkMode, clients: &[Client]) -> Result<Links, BenchError> {
+        if mode == LinkMode::ClientThrottle {
+            return Ok(Links { net: None });
+        }
+        if !is_root() {
+            return Err(BenchError::Setup("--links kernel needs root: run as root or use --links client".into()));
+        }
+        if clients.len() > 240 {
+            return Err(BenchError::Setup("kernel links: at most 240 clients (one address block each)".into()));
+        }
+        let class_bps: Vec<f64> = clients.iter().map(|c| c.rate * 8.0 * WIRE_PER_PAYLOAD).collect();
+        let total: f64 = class_bps.iter().sum();
+        let id = std::process::id();
+        let net = Network::up(NetPlan {
+            id,
+            subnet: Network::free_subnet(id)?,
+            // Never the bottleneck: the clients' links are.
+            server_link_bps: (total * 1.5).max(1e9),
+            class_bps,
+            per_class: 1,
+            loss: 0.0,
+            line: None,
+        })?;
+        Ok(Links { net: Some(net) })
+    }
+
+    /// The address servers listen on.
+    fn host(&self) -> String {
+        self.net.as_ref().map_or("127.0.0.1".into(), |n| n.plan.server_ip().to_string())
+    }
+
+    /// The command prefix that starts a server where the clients reach it.
+    fn wrap(&self) -> Vec<String> {
+        self.net.as_ref().map(|n| n.plan.exec_in()).unwrap_or_default()
+    }
+
+    /// Client `i`'s source address, behind its own link; `None` when
+    /// clients throttle themselves.
+    fn source(&self, i: usize) -> Option<std::net::Ipv4Addr> {
+        self.net.as_ref().map(|n| n.plan.client_ip(i, 0))
+    }
+
+    fn describe(&self) -> &'static str {
+        match self.net {
+            Some(_) => {
+                "behind emulated links (an HTB class per client, servers in a namespace; curl and aria2c unthrottled)"
+            }
+            None => {
+                "throttling themselves over loopback (curl --limit-rate, aria2c --max-overall-download-limit; native clients alike)"
+            }
+        }
+    }
+}
+
 /// One finished download.
 struct Done {
     start_s: f64,
@@ -125,6 +231,9 @@ pub async fn run(opts: &BenchOptions, crowd: Crowd, log: &mut (dyn FnMut(&str) +
     let root = opts.work.join("amplification-plain");
     std::fs::create_dir_all(&root).map_err(io_err("creating data dir"))?;
     make_file(&root.join("data.bin"), opts.file_size, opts.seed)?;
+    let clients = draw(opts, crowd);
+    let links =
+        Links::up(opts.links.unwrap_or(if is_root() { LinkMode::Kernel } else { LinkMode::ClientThrottle }), &clients)?;
     let mut contenders = vec![
         Contender::Circus { name: "circus", policy: "circus", favor: "speed" },
         Contender::Circus { name: "circus, favor storage", policy: "circus", favor: "storage" },
@@ -148,20 +257,22 @@ pub async fn run(opts: &BenchOptions, crowd: Crowd, log: &mut (dyn FnMut(&str) +
                     args.extend(["--access-log-format".into(), "json".into()]);
                 }
                 args.extend(opts.server_args.iter().cloned());
-                let server = ServerProc::circus(&opts.circus, &root, &args)?;
+                let server = ServerProc::circus_at(&opts.circus, &root, &args, &links.host(), &links.wrap())?;
                 let url = format!("http://{}/data.bin", server.addr);
                 // Native clients need the file's hash index: build it before the clock starts.
                 if crowd == Crowd::Mixed {
                     native_client::download(&url, None).await.map_err(BenchError::Client)?;
                 }
                 let before = server.metric("circus_storage_read_bytes_total")?;
+                let cpu = server.cpu_seconds();
                 log(&format!("{name}: {} clients ({crowd:?}) downloading {} bytes", opts.clients, opts.file_size));
-                let done = crowd_run(&url, opts, crowd, log).await?;
+                let done = crowd_run(&url, opts, &clients, &links, crowd, log).await?;
                 let read = server.metric("circus_storage_read_bytes_total")? - before;
                 // Paced downloads (favoring storage) do not read at the
                 // steady rate the offline bound assumes: no bound beside them.
                 let paced = favor == "storage";
-                let row = figures(Row::new(name), read, &done, opts, crowd, paced);
+                let row = figures(Row::new(name), read, &done, opts, crowd, paced)
+                    .with("server_cpu_s", server.cpu_seconds() - cpu);
                 if crowd == Crowd::Segmented && !paced {
                     let readers = crate::range_log::readers(&access_log)?;
                     row.with("best_possible_amplification", fewest(&readers, opts))
@@ -169,7 +280,7 @@ pub async fn run(opts: &BenchOptions, crowd: Crowd, log: &mut (dyn FnMut(&str) +
                     row
                 }
             }
-            Contender::Nginx => nginx_row(&root, opts, crowd, log).await?,
+            Contender::Nginx => nginx_row(&root, opts, &clients, &links, crowd, log).await?,
         };
         rows.push(row);
     }
@@ -191,9 +302,10 @@ pub async fn run(opts: &BenchOptions, crowd: Crowd, log: &mut (dyn FnMut(&str) +
     Ok(Report {
         scenario: crowd.scenario().into(),
         setup: format!(
-            "{} {} (curl --limit-rate, aria2c --max-overall-download-limit; native clients throttle themselves) download one {} byte file, starting within 0.5 s; cache {} bytes (nginx: a memory cgroup limit of its idle usage plus the cache); {}",
+            "{} {} {} download one {} byte file, starting within 0.5 s; cache {} bytes (nginx: a memory cgroup limit of its idle usage plus the cache); {}",
             opts.clients,
             crowd.who(),
+            links.describe(),
             opts.file_size,
             opts.cache,
             receive_buffers()
@@ -217,25 +329,33 @@ pub async fn run(opts: &BenchOptions, crowd: Crowd, log: &mut (dyn FnMut(&str) +
 async fn nginx_row(
     root: &std::path::Path,
     opts: &BenchOptions,
+    clients: &[Client],
+    links: &Links,
     crowd: Crowd,
     log: &mut (dyn FnMut(&str) + Send),
 ) -> Result<Row, BenchError> {
     let cgroup = MemoryCgroup::create("nginx")?;
-    let server = ServerProc::nginx_at(root, &opts.work, false, "127.0.0.1", &cgroup.wrap())?;
+    // Into the cgroup first: `ip netns exec` mounts the namespace's own
+    // /sys, where the cgroup's directory is not.
+    let mut wrap = cgroup.wrap();
+    wrap.extend(links.wrap());
+    let server = ServerProc::nginx_at(root, &opts.work, false, &links.host(), &wrap)?;
     drop_page_cache()?;
     let idle = cgroup.usage()?;
     cgroup.limit(idle + opts.cache)?;
     let url = format!("http://{}/data.bin", server.addr);
     let before = server.io_read_bytes();
+    let cpu = server.cpu_seconds();
     log(&format!(
         "nginx: {} clients ({crowd:?}) downloading {} bytes; memory limit {} (idle {idle} + cache)",
         opts.clients,
         opts.file_size,
         idle + opts.cache
     ));
-    let done = crowd_run(&url, opts, crowd, log).await?;
+    let done = crowd_run(&url, opts, clients, links, crowd, log).await?;
     let read = server.io_read_bytes().saturating_sub(before) as f64;
     let row = figures(Row::new("nginx, page cache bounded"), read, &done, opts, crowd, false)
+        .with("server_cpu_s", server.cpu_seconds() - cpu)
         .with("memory_limit_bytes", (idle + opts.cache) as f64)
         .with("memory_peak_bytes", cgroup.peak()? as f64)
         .with("page_cache_end_bytes", cgroup.page_cache()? as f64);
@@ -283,25 +403,31 @@ fn figures(row: Row, read: f64, done: &[Done], opts: &BenchOptions, crowd: Crowd
 async fn crowd_run(
     url: &str,
     opts: &BenchOptions,
+    clients: &[Client],
+    links: &Links,
     crowd: Crowd,
     log: &mut (dyn FnMut(&str) + Send),
 ) -> Result<Vec<Done>, BenchError> {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(opts.seed);
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..opts.clients {
-        let rate = crowd.rate(&mut rng);
-        let jitter = Duration::from_millis(rng.random_range(0..500));
-        let plain = crowd != Crowd::Mixed || i % 2 == 0;
+    for (i, &Client { rate, jitter, plain }) in clients.iter().enumerate() {
         let (url, size) = (url.to_string(), opts.file_size);
         let into = opts.work.join(format!("aria2c-{i}"));
+        let way = Way { rate, source: links.source(i) };
         tasks.spawn(async move {
             tokio::time::sleep(jitter).await;
             let start_s = started.elapsed().as_secs_f64();
             let seconds = match crowd {
-                Crowd::Segmented => aria2c(&url, rate, size, &into).await?,
-                _ if plain => curl(&url, rate, size).await?,
-                _ => native_client::download(&url, Some(rate)).await.map_err(BenchError::Client)?.seconds,
+                Crowd::Segmented => aria2c(&url, way, size, &into).await?,
+                _ if plain => curl(&url, way, size).await?,
+                _ => {
+                    let o = native_client::Options {
+                        rate: way.source.is_none().then_some(rate),
+                        local: way.source.map(std::net::IpAddr::V4),
+                        ..Default::default()
+                    };
+                    native_client::download_with(&url, o).await.map_err(BenchError::Client)?.seconds
+                }
             };
             Ok::<_, BenchError>(Done { start_s, seconds, rate, plain })
         });
@@ -314,10 +440,23 @@ async fn crowd_run(
     Ok(done)
 }
 
-/// One curl download at `rate` bytes per second; its duration in seconds.
-async fn curl(url: &str, rate: f64, size: u64) -> Result<f64, BenchError> {
-    let out = tokio::process::Command::new("curl")
-        .args(["-sSf", "--max-time", "600", "--limit-rate", &format!("{}", rate as u64)])
+/// How one client gets its rate: from its own link (a source address
+/// behind an HTB class), or by throttling itself to `rate` bytes per second.
+#[derive(Debug, Clone, Copy)]
+struct Way {
+    rate: f64,
+    source: Option<std::net::Ipv4Addr>,
+}
+
+/// One curl download; its duration in seconds.
+async fn curl(url: &str, way: Way, size: u64) -> Result<f64, BenchError> {
+    let mut cmd = tokio::process::Command::new("curl");
+    cmd.args(["-sSf", "--max-time", "600"]);
+    match way.source {
+        Some(ip) => cmd.args(["--interface", &ip.to_string()]),
+        None => cmd.args(["--limit-rate", &format!("{}", way.rate as u64)]),
+    };
+    let out = cmd
         .args(["-o", "/dev/null", "-w", "%{size_download} %{time_total}", url])
         .kill_on_drop(true)
         .output()
@@ -337,14 +476,17 @@ async fn curl(url: &str, rate: f64, size: u64) -> Result<f64, BenchError> {
 }
 
 /// One aria2c download with 16 connections, each fetching its own ranges,
-/// at `rate` bytes per second overall, into `dir` (removed afterwards); its
-/// duration in seconds.
-async fn aria2c(url: &str, rate: f64, size: u64, dir: &std::path::Path) -> Result<f64, BenchError> {
+/// into `dir` (removed afterwards); its duration in seconds.
+async fn aria2c(url: &str, way: Way, size: u64, dir: &std::path::Path) -> Result<f64, BenchError> {
     std::fs::create_dir_all(dir).map_err(io_err("creating the aria2c directory"))?;
     let started = Instant::now();
-    let out = tokio::process::Command::new("aria2c")
-        .args(["-q", "-x16", "-s16", "--min-split-size=1M", "--file-allocation=none", "--allow-overwrite=true"])
-        .arg(format!("--max-overall-download-limit={}", rate as u64))
+    let mut cmd = tokio::process::Command::new("aria2c");
+    cmd.args(["-q", "-x16", "-s16", "--min-split-size=1M", "--file-allocation=none", "--allow-overwrite=true"]);
+    match way.source {
+        Some(ip) => cmd.arg(format!("--interface={ip}")),
+        None => cmd.arg(format!("--max-overall-download-limit={}", way.rate as u64)),
+    };
+    let out = cmd
         .arg("-d")
         .arg(dir)
         .args(["-o", "data.bin", url])

@@ -78,7 +78,8 @@ pub struct BenchArgs {
     /// of buffered readers of the emulated disk alike).
     #[arg(long)]
     cache: Option<ByteSize>,
-    /// How client links are emulated (default: kernel when root, else client).
+    /// How client links are emulated (the paper's scenarios and the plain
+    /// crowds; default: kernel when root, else client).
     #[arg(long, value_enum)]
     links: Option<Links>,
     /// What the servers read from: the shared FUSE disk model, or the real disk.
@@ -118,6 +119,13 @@ enum Links {
     Client,
 }
 
+fn link_mode(links: Links) -> LinkMode {
+    match links {
+        Links::Kernel => LinkMode::Kernel,
+        Links::Client => LinkMode::ClientThrottle,
+    }
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Disk {
     Model,
@@ -145,10 +153,7 @@ pub fn main(args: BenchArgs) -> anyhow::Result<()> {
         let opts = ExperimentOptions {
             circus,
             work: args.work.clone(),
-            links: args.links.map(|l| match l {
-                Links::Kernel => LinkMode::Kernel,
-                Links::Client => LinkMode::ClientThrottle,
-            }),
+            links: args.links.map(link_mode),
             disk: match args.disk {
                 Disk::Model => DiskMode::Model,
                 Disk::Real => DiskMode::Real,
@@ -199,6 +204,7 @@ pub fn main(args: BenchArgs) -> anyhow::Result<()> {
         server_args: args.server_args.clone(),
         seconds: args.seconds.unwrap_or(if name.starts_with("signature-") { 2.0 } else { 5.0 }),
         rounds: args.rounds.max(1),
+        links: args.links.map(link_mode),
     };
     let report = runtime
         .block_on(circus_bench::run(&name, &opts, &mut |line| eprintln!("{line}")))

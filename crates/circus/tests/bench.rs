@@ -154,17 +154,30 @@ fn bench_defaults_drives_circus_and_nginx_in_clear_over_every_size_and_protocol(
 }
 
 #[test]
-fn bench_amplification_plain_reports_reads_beside_the_best_any_cache_could_do() {
-    // nginx runs in a memory cgroup, after the page cache is dropped: root.
+fn bench_amplification_plain_behind_kernel_links_reports_reads_beside_the_best_any_cache_could_do() {
+    amplification_plain_reports_reads_beside_the_best_any_cache_could_do("kernel");
+}
+
+#[test]
+fn bench_amplification_plain_with_clients_throttling_themselves_reports_reads_beside_the_best() {
+    amplification_plain_reports_reads_beside_the_best_any_cache_could_do("client");
+}
+
+fn amplification_plain_reports_reads_beside_the_best_any_cache_could_do(links: &str) {
+    // nginx runs in a memory cgroup, after the page cache is dropped, and
+    // kernel links live in a namespace: root.
     if let Some(why) = skip_reason() {
         eprintln!("skipped: {why}");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let report = bench_report(
-        &["amplification-plain", "--file-size", "64MiB", "--cache", "24MiB", "--clients", "4"],
+        &["amplification-plain", "--file-size", "64MiB", "--cache", "24MiB", "--clients", "4", "--links", links],
         dir.path(),
     );
+    let setup = report["setup"].as_str().unwrap();
+    let said = if links == "kernel" { "behind emulated links" } else { "throttling themselves" };
+    assert!(setup.contains(said), "{setup}");
     let figure = |server: &str, name: &str| {
         let row = report["rows"].as_array().unwrap().iter().find(|r| r["server"] == server).unwrap();
         let figures = row["figures"].as_array().unwrap();

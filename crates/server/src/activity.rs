@@ -13,7 +13,7 @@
 use std::{
     sync::{
         Arc,
-        atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering},
     },
     time::{Duration, Instant},
 };
@@ -35,9 +35,9 @@ pub(crate) struct Activity {
     cut: AtomicU8,
     /// Wakes the watchdog when `cut` is set.
     wake: tokio::sync::Notify,
-    /// The TCP_NOTSENT_LOWAT the socket should have now (0: the system
-    /// default); the socket wrapper follows it (see `send_mark`).
-    send_mark: AtomicU32,
+    /// The send mark the socket should follow now (a packed
+    /// `send_mark::Mark`); the socket wrapper follows it.
+    send_mark: AtomicU64,
 }
 
 const KEEP: u8 = 0;
@@ -83,17 +83,17 @@ impl Activity {
             in_flight: AtomicUsize::new(0),
             cut: AtomicU8::new(KEEP),
             wake: tokio::sync::Notify::new(),
-            send_mark: AtomicU32::new(0),
+            send_mark: AtomicU64::new(0),
         })
     }
 
     /// Asks for `mark` as the socket's TCP_NOTSENT_LOWAT from its next write.
-    pub fn want_send_mark(&self, mark: u32) {
-        self.send_mark.store(mark, Ordering::Relaxed);
+    pub(crate) fn want_send_mark(&self, mark: crate::send_mark::Mark) {
+        self.send_mark.store(mark.pack(), Ordering::Relaxed);
     }
 
-    pub fn send_mark(&self) -> u32 {
-        self.send_mark.load(Ordering::Relaxed)
+    pub(crate) fn send_mark(&self) -> crate::send_mark::Mark {
+        crate::send_mark::Mark::unpack(self.send_mark.load(Ordering::Relaxed))
     }
 
     pub fn peer(&self) -> Option<std::net::SocketAddr> {
@@ -261,7 +261,7 @@ mod tests {
                 in_flight: AtomicUsize::new(0),
                 cut: AtomicU8::new(KEEP),
                 wake: tokio::sync::Notify::new(),
-                send_mark: AtomicU32::new(0),
+                send_mark: AtomicU64::new(0),
             }
         }
     }

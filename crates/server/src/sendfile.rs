@@ -10,9 +10,13 @@
 //! It replays the request bytes the hit lane read before it handed the
 //! connection over (`with_unread`), and gives hyper one extra wake-up after a flush when request bytes
 //! are waiting, which keeps pipelined connections from stalling (see
-//! `poll_flush`).
+//! `poll_flush`). It keeps the socket's send mark where the connection's
+//! response asks (`send_mark`).
 
-use crate::arena::Arena;
+use crate::{
+    arena::Arena,
+    send_mark::{self, Mark},
+};
 use bytes::Bytes;
 use std::{
     io::{self, IoSlice},
@@ -35,15 +39,37 @@ pub struct SendfileStream {
     unread: Bytes,
     /// Stamped on every byte read or written, for the watchdog.
     activity: Option<Arc<crate::activity::Activity>>,
-    /// The send mark the socket has (see `send_mark`); 0, the system
-    /// default, until one is asked for.
-    send_mark: u32,
+    /// The send mark last asked for (see `send_mark`).
+    mark: Mark,
+    /// The TCP_NOTSENT_LOWAT the socket has; 0, the system default, until
+    /// a mark is asked for.
+    applied: u32,
+    /// Writes since a paced mark was last brought up to date.
+    writes: u32,
+    /// The delivery rate a paced mark follows: the highest seen, decaying
+    /// by an eighth at each update, so that one sample taken while the
+    /// server was late to refill does not shrink the slack it lacked.
+    rate: u64,
 }
+
+/// A paced mark is brought up to date with the connection's delivery rate
+/// once every this many writes (one `getsockopt` each time).
+const PACE_EVERY_WRITES: u32 = 8;
 
 impl SendfileStream {
     /// Without an arena every write is an ordinary one.
     pub fn new(inner: TcpStream, arena: Option<Arc<Arena>>) -> Self {
-        SendfileStream { inner, arena, wrote: false, unread: Bytes::new(), activity: None, send_mark: 0 }
+        SendfileStream {
+            inner,
+            arena,
+            wrote: false,
+            unread: Bytes::new(),
+            activity: None,
+            mark: Mark::default(),
+            applied: 0,
+            writes: 0,
+            rate: 0,
+        }
     }
 
     /// Stamps `activity` on every byte read or written, and follows the
@@ -55,6 +81,38 @@ impl SendfileStream {
     /// Reads yield `unread` before anything from the socket.
     pub fn with_unread(self, unread: Bytes) -> Self {
         SendfileStream { unread, ..self }
+    }
+
+    /// Sets the mark `wanted` asks for when it changes, and while it is
+    /// paced raises it to the slack of the connection's delivery rate
+    /// every [`PACE_EVERY_WRITES`] writes (changes under an eighth are
+    /// not worth a system call).
+    fn follow_mark(&mut self, wanted: Mark) {
+        let target = if wanted != self.mark {
+            self.mark = wanted;
+            self.writes = 0;
+            self.rate = 0;
+            wanted.floor
+        } else if wanted.paced && wanted.floor != 0 {
+            self.writes += 1;
+            if self.writes < PACE_EVERY_WRITES {
+                return;
+            }
+            self.writes = 0;
+            let Some(rate) = send_mark::delivery_rate(&self.inner) else { return };
+            self.rate = rate.max(self.rate - self.rate / 8);
+            let target = send_mark::paced(wanted.floor, self.rate);
+            if target.abs_diff(self.applied) <= self.applied / 8 {
+                return;
+            }
+            target
+        } else {
+            return;
+        };
+        if target != self.applied {
+            send_mark::apply(&self.inner, target);
+            self.applied = target;
+        }
     }
 
     /// Runs `send` (a system call on the socket) once the socket has room,
@@ -181,9 +239,8 @@ impl AsyncWrite for SendfileStream {
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        if let Some(wanted) = self.activity.as_ref().map(|a| a.send_mark()).filter(|&m| m != self.send_mark) {
-            crate::send_mark::apply(&self.inner, wanted);
-            self.send_mark = wanted;
+        if let Some(wanted) = self.activity.as_ref().map(|a| a.send_mark()) {
+            self.follow_mark(wanted);
         }
         let written = self.as_mut().write_vectored(cx, bufs);
         if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
@@ -261,5 +318,36 @@ mod tests {
         let want = [&head[..], &block[100..], &tail[..]].concat();
         assert_eq!(got.len(), want.len());
         assert!(got == want, "bytes differ");
+    }
+
+    #[tokio::test]
+    async fn a_paced_mark_rises_to_the_slack_of_the_delivery_rate_and_a_fixed_one_stays() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let reader = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut all = Vec::new();
+            s.read_to_end(&mut all).await.unwrap();
+            all.len()
+        });
+        let activity = crate::activity::Activity::new(None);
+        let mut out =
+            SendfileStream::new(TcpStream::connect(addr).await.unwrap(), None).with_activity(activity.clone());
+        let mark = |out: &SendfileStream| socket2::SockRef::from(&out.inner).tcp_notsent_lowat().unwrap();
+        let chunk = vec![1u8; 64 << 10];
+        activity.want_send_mark(Mark { floor: 16 << 10, paced: true });
+        for _ in 0..4 * PACE_EVERY_WRITES {
+            out.write_all(&chunk).await.unwrap();
+        }
+        // Loopback delivers gigabytes a second: 20 ms of that is past the
+        // largest paced mark.
+        assert!(mark(&out) > 16 << 10, "a paced mark stayed at {}", mark(&out));
+        activity.want_send_mark(Mark { floor: 16 << 10, paced: false });
+        for _ in 0..4 * PACE_EVERY_WRITES {
+            out.write_all(&chunk).await.unwrap();
+        }
+        assert_eq!(mark(&out), 16 << 10, "a fixed mark moved");
+        out.shutdown().await.unwrap();
+        assert_eq!(reader.await.unwrap(), 8 * PACE_EVERY_WRITES as usize * chunk.len());
     }
 }
