@@ -12,7 +12,8 @@
 //!   circus and sequential policies.
 //! - `amplification-plain`, `amplification-mixed`,
 //!   `amplification-segmented`: the same question for curl downloads (in
-//!   order, at 15-60 MB/s), all of them or half beside native clients, with
+//!   order, at 15-60 MB/s, each behind its own emulated link as root, else
+//!   throttling itself), all of them or half beside native clients, with
 //!   the fewest reads any cache could have done; and for aria2c's 16
 //!   parallel ranges per client. `amplification-curl`: `amplification`'s
 //!   crowd, every client curl, with nginx (its page cache bounded to the

@@ -40,8 +40,9 @@ pub struct ServeConfig {
     /// server's CPU per byte (50 downloads of 1 GiB: 60 s of CPU with it,
     /// 48-50 s without) through the wake-ups it adds.
     pub send_lowat: Option<u32>,
-    /// The mark, in place of `send_lowat`, while a cleartext HTTP/1.x
-    /// connection sends a file larger than the cache (see `send_mark`).
+    /// The least mark, in place of `send_lowat`, while a cleartext HTTP/1.x
+    /// connection sends a file larger than the cache; raised to the slack
+    /// of the connection's delivery rate (see `send_mark`).
     pub send_lowat_uncached: Option<u32>,
     /// Keep cached blocks in a memfd and send them with `sendfile(2)`
     /// instead of copying them into each socket.

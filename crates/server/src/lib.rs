@@ -28,7 +28,11 @@
 //! [`settings`] and [`listen`] (every setting, as flag and TOML key),
 //! [`access_log`], [`private`] (signed URLs and bearer tokens per prefix),
 //! `listing` (directory pages), `nodelay` (Nagle off on client
-//! connections, set once on the listener where they inherit it).
+//! connections, set once on the listener where they inherit it),
+//! `send_mark` (how much unsent data each connection keeps in the kernel:
+//! little, so the scheduler sees readers' real positions, but for files
+//! larger than the cache 100 ms of the connection's rate, so a link never
+//! idles while the server is late).
 //! With `--origin`, requests go to [`circus_origin`]'s tier;
 //! its native clients join the same scheduler once an object's tree is
 //! known.

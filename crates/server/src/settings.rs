@@ -132,9 +132,11 @@ pub struct Settings {
     #[arg(long, value_name = "SIZE")]
     pub send_lowat: Option<ByteSize>,
     /// The same while a cleartext HTTP/1.x response sends a file larger
-    /// than the cache (default 16KiB; 0 = system default): there the
+    /// than the cache (default 16KiB; 0 = system default), raised to 100 ms
+    /// of the connection's delivery rate (up to 4 MiB): there the
     /// scheduler's view of each reader's position decides which blocks
-    /// stay for the readers behind.
+    /// stay for the readers behind, and a link left idle puts its reader
+    /// behind the others.
     #[arg(long, value_name = "SIZE")]
     pub send_lowat_uncached: Option<ByteSize>,
     /// Send cached blocks with sendfile(2) from a memfd instead of copying
