@@ -61,6 +61,16 @@ pub struct ExperimentOptions {
 }
 
 impl LinkMode {
+    /// The mode asked for, else kernel links when root and the clients'
+    /// own throttling otherwise; kernel links need root.
+    pub fn resolve(asked: Option<LinkMode>) -> Result<LinkMode, BenchError> {
+        let links = asked.unwrap_or(if is_root() { LinkMode::Kernel } else { LinkMode::ClientThrottle });
+        if links == LinkMode::Kernel && !is_root() {
+            return Err(BenchError::Setup("--links kernel needs root: run as root or use --links client".into()));
+        }
+        Ok(links)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             LinkMode::Kernel => "kernel (netns + veth + HTB per client, reno)",
@@ -84,10 +94,7 @@ pub async fn run(
     opts: &ExperimentOptions,
     log: &mut (dyn FnMut(&str) + Send),
 ) -> Result<Vec<Map<String, Value>>, BenchError> {
-    let links = opts.links.unwrap_or(if is_root() { LinkMode::Kernel } else { LinkMode::ClientThrottle });
-    if links == LinkMode::Kernel && !is_root() {
-        return Err(BenchError::Setup("--links kernel needs root: run as root or use --links client".into()));
-    }
+    let links = LinkMode::resolve(opts.links)?;
     let servers: Vec<Server> =
         scenario.servers.iter().copied().filter(|s| opts.only.is_empty() || opts.only.contains(s)).collect();
     let mut rows = Vec::new();
@@ -180,10 +187,7 @@ async fn run_one(
         }
     };
     let root = mount.as_ref().map_or(backing.to_owned(), |m| m.mountpoint.clone());
-    let (host, wrap) = match net {
-        Some(n) => (n.plan.server_ip().to_string(), n.plan.exec_in()),
-        None => ("127.0.0.1".to_string(), Vec::new()),
-    };
+    let (host, wrap) = (crate::netem::server_host(net), crate::netem::server_wrap(net));
     let logs = opts.work.join("logs");
     std::fs::create_dir_all(&logs).map_err(io_err("creating log dir"))?;
     let proc = match server {

@@ -270,6 +270,18 @@ impl Drop for Network {
     }
 }
 
+/// The address servers listen on: the namespace's with emulated links,
+/// loopback without.
+pub fn server_host(net: Option<&Network>) -> String {
+    net.map_or("127.0.0.1".into(), |n| n.plan.server_ip().to_string())
+}
+
+/// The command prefix that starts a server where its clients reach it:
+/// inside the namespace with emulated links, nothing without.
+pub fn server_wrap(net: Option<&Network>) -> Vec<String> {
+    net.map_or(Vec::new(), |n| n.plan.exec_in())
+}
+
 /// Whether this process can build namespaces (root).
 pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")

@@ -45,7 +45,7 @@ use crate::{
     io_err, make_file,
     memcg::MemoryCgroup,
     native_client,
-    netem::{NetPlan, Network, is_root},
+    netem::{NetPlan, Network},
     procs::ServerProc,
 };
 use circus_core::BlockLayout;
@@ -157,11 +157,10 @@ impl Links {
         if mode == LinkMode::ClientThrottle {
             return Ok(Links { net: None });
         }
-        if !is_root() {
-            return Err(BenchError::Setup("--links kernel needs root: run as root or use --links client".into()));
-        }
         if clients.len() > 240 {
-            return Err(BenchError::Setup("kernel links: at most 240 clients (one address block each)".into()));
+            return Err(BenchError::Setup(
+                "kernel links take at most 240 clients (one address block each): use --links client for more".into(),
+            ));
         }
         let class_bps: Vec<f64> = clients.iter().map(|c| c.rate * 8.0 * WIRE_PER_PAYLOAD).collect();
         let total: f64 = class_bps.iter().sum();
@@ -179,14 +178,12 @@ impl Links {
         Ok(Links { net: Some(net) })
     }
 
-    /// The address servers listen on.
     fn host(&self) -> String {
-        self.net.as_ref().map_or("127.0.0.1".into(), |n| n.plan.server_ip().to_string())
+        crate::netem::server_host(self.net.as_ref())
     }
 
-    /// The command prefix that starts a server where the clients reach it.
     fn wrap(&self) -> Vec<String> {
-        self.net.as_ref().map(|n| n.plan.exec_in()).unwrap_or_default()
+        crate::netem::server_wrap(self.net.as_ref())
     }
 
     /// Client `i`'s source address, behind its own link; `None` when
@@ -232,8 +229,7 @@ pub async fn run(opts: &BenchOptions, crowd: Crowd, log: &mut (dyn FnMut(&str) +
     std::fs::create_dir_all(&root).map_err(io_err("creating data dir"))?;
     make_file(&root.join("data.bin"), opts.file_size, opts.seed)?;
     let clients = draw(opts, crowd);
-    let links =
-        Links::up(opts.links.unwrap_or(if is_root() { LinkMode::Kernel } else { LinkMode::ClientThrottle }), &clients)?;
+    let links = Links::up(LinkMode::resolve(opts.links)?, &clients)?;
     let mut contenders = vec![
         Contender::Circus { name: "circus", policy: "circus", favor: "speed" },
         Contender::Circus { name: "circus, favor storage", policy: "circus", favor: "storage" },

@@ -146,6 +146,13 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>, private: bool) -> Res
         Method::HEAD => true,
         _ => return Err(HttpError::MethodNotAllowed),
     };
+    // HTTP/2 streams share their socket, which keeps its base mark. An
+    // HTTP/1.x response starts from it too (not from the mark of the
+    // response before it on the connection); a file's own comes below.
+    let connection = if req.version() < Version::HTTP_2 { crate::activity::current() } else { None };
+    if let Some(connection) = &connection {
+        connection.want_send_mark(state.send_marks.base());
+    }
     if let Some(origin) = &state.origin {
         return match origin.handle(req, head).await? {
             Answer::Response(res) => Ok(res),
@@ -176,10 +183,7 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>, private: bool) -> Res
             Resolved::Directory(_) => return Err(HttpError::Forbidden("directory listing is off")),
         },
     };
-    if req.version() < Version::HTTP_2
-        && let Some(connection) = crate::activity::current()
-    {
-        // HTTP/2 streams share their socket, which keeps its base mark.
+    if let Some(connection) = &connection {
         let marks = &state.send_marks;
         let native = circus_http::accept::wants_native(req.headers());
         connection.want_send_mark(if native { marks.base() } else { marks.for_file(file.size) });

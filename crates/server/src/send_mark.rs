@@ -6,12 +6,14 @@
 //! "on the wire" and the better the scheduler knows each client's pace. A
 //! plain download of a file larger than the cache needs that most: which
 //! blocks stay in memory for the readers behind depends on where every
-//! reader really is (rule C14). There a small mark (16 KiB) cut a crowd's
-//! storage reads by a sixth; elsewhere it only adds wake-ups, so other
-//! responses keep the connection's base mark (`--send-lowat`). HTTPS
-//! connections keep the system default throughout (see `config.rs`).
+//! reader really is (rule C14). There the mark starts small (16 KiB) and
+//! is paced: raised to [`SLACK_NANOS`] of the connection's delivery rate,
+//! so that the link never idles while the server is late to refill it.
+//! Other responses keep the connection's base mark (`--send-lowat`).
+//! HTTPS connections keep the system default throughout (see `config.rs`).
 
 use crate::config::ServeConfig;
+use std::time::{Duration, Instant};
 
 /// What a response asks of its connection's send mark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -65,10 +67,10 @@ impl SendMarks {
     }
 }
 
-/// Sets `socket`'s mark (0: the system default).
-pub(crate) fn apply(socket: &tokio::net::TcpStream, mark: u32) {
-    // A failure leaves the previous mark, which only costs precision.
-    let _ = socket2::SockRef::from(socket).set_tcp_notsent_lowat(mark);
+/// Sets `socket`'s mark (0: the system default); whether it took. A
+/// failure leaves the previous mark, which only costs precision.
+pub(crate) fn apply(socket: &tokio::net::TcpStream, mark: u32) -> bool {
+    socket2::SockRef::from(socket).set_tcp_notsent_lowat(mark).is_ok()
 }
 
 /// How long a connection's unsent backlog should last at the rate the
@@ -78,10 +80,10 @@ pub(crate) fn apply(socket: &tokio::net::TcpStream, mark: u32) {
 /// longer than that for a core: the link idles, the download falls
 /// behind its pace, and readers that shared blocks drift apart (50 curl
 /// downloads behind emulated links read their file 11-14 times with
-/// 16 KiB, 2.6 with 1 MiB; 20 ms of slack still left them 18% slower
+/// 16 KiB, 2.6 with 1 MiB; 20 ms of slack still left them 19% slower
 /// than their links). The scheduler's view of a reader is then off by
-/// this long at most, small beside the seconds a cache's worth of blocks
-/// lasts.
+/// about this long more (plus what is in flight), small beside the
+/// seconds a cache's worth of blocks lasts.
 const SLACK_NANOS: u64 = 100_000_000;
 
 /// The largest mark the slack may ask for: 4 MiB, 100 ms at 40 MB/s,
@@ -98,6 +100,34 @@ pub(crate) fn paced(floor: u32, delivery_rate: u64) -> u32 {
     }
     let slack = delivery_rate.saturating_mul(SLACK_NANOS) / 1_000_000_000;
     slack.min(u64::from(MAX_PACED_MARK)).max(u64::from(floor)) as u32
+}
+
+/// How long a higher delivery rate seen is remembered: the time constant
+/// of its decay (see [`HeldRate`]).
+const RATE_MEMORY: Duration = Duration::from_secs(1);
+
+/// The delivery rate a paced mark follows: the highest sample, decaying
+/// with a time constant of [`RATE_MEMORY`]. A sample taken while the
+/// server was late to refill the socket reads below the link's rate and
+/// must not shrink the slack that was lacking; a link that really slows
+/// down is followed within a few seconds.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct HeldRate {
+    rate: u64,
+    at: Option<Instant>,
+}
+
+impl HeldRate {
+    /// Takes a sample taken at `now`; the rate to follow.
+    pub fn sample(&mut self, rate: u64, now: Instant) -> u64 {
+        let held = self.at.map_or(0, |at| {
+            let left = RATE_MEMORY.saturating_sub(now.saturating_duration_since(at));
+            (u128::from(self.rate) * left.as_nanos() / RATE_MEMORY.as_nanos()) as u64
+        });
+        self.rate = rate.max(held);
+        self.at = Some(now);
+        self.rate
+    }
 }
 
 /// The rate, bytes per second, at which the peer most recently
@@ -120,7 +150,7 @@ pub(crate) fn delivery_rate(socket: &tokio::net::TcpStream) -> Option<u64> {
         );
         (rc, info)
     };
-    let whole = len as usize >= std::mem::offset_of!(libc::tcp_info, tcpi_delivery_rate) + 8;
+    let whole = len as usize >= std::mem::offset_of!(libc::tcp_info, tcpi_delivery_rate) + size_of::<u64>();
     (rc == 0 && whole).then_some(info.tcpi_delivery_rate)
 }
 
@@ -151,6 +181,19 @@ mod tests {
         assert_eq!(paced(16 * 1024, 5_000_000_000), 4 << 20);
         assert_eq!(paced(128 * 1024, 1_000_000), 128 * 1024);
         assert_eq!(paced(0, 40_000_000), 0);
+    }
+
+    #[test]
+    fn a_held_rate_keeps_the_highest_sample_and_lets_it_fade_over_a_second() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut held = HeldRate::default();
+        assert_eq!(held.sample(40_000_000, t0), 40_000_000);
+        // A low sample (the server was late) does not pull it down at once.
+        assert_eq!(held.sample(1_000_000, ms(100)), 36_000_000);
+        assert_eq!(held.sample(50_000_000, ms(200)), 50_000_000);
+        // After a second without a higher one, only the samples count.
+        assert_eq!(held.sample(1_000_000, ms(1_200)), 1_000_000);
     }
 
     #[tokio::test]

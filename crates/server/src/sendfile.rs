@@ -46,10 +46,8 @@ pub struct SendfileStream {
     applied: u32,
     /// Writes since a paced mark was last brought up to date.
     writes: u32,
-    /// The delivery rate a paced mark follows: the highest seen, decaying
-    /// by an eighth at each update, so that one sample taken while the
-    /// server was late to refill does not shrink the slack it lacked.
-    rate: u64,
+    /// The delivery rate a paced mark follows.
+    rate: send_mark::HeldRate,
 }
 
 /// A paced mark is brought up to date with the connection's delivery rate
@@ -68,7 +66,7 @@ impl SendfileStream {
             mark: Mark::default(),
             applied: 0,
             writes: 0,
-            rate: 0,
+            rate: send_mark::HeldRate::default(),
         }
     }
 
@@ -85,13 +83,13 @@ impl SendfileStream {
 
     /// Sets the mark `wanted` asks for when it changes, and while it is
     /// paced raises it to the slack of the connection's delivery rate
-    /// every [`PACE_EVERY_WRITES`] writes (changes under an eighth are
-    /// not worth a system call).
+    /// every [`PACE_EVERY_WRITES`] write attempts (changes under an eighth
+    /// are not worth a system call).
     fn follow_mark(&mut self, wanted: Mark) {
         let target = if wanted != self.mark {
             self.mark = wanted;
             self.writes = 0;
-            self.rate = 0;
+            self.rate = send_mark::HeldRate::default();
             wanted.floor
         } else if wanted.paced && wanted.floor != 0 {
             self.writes += 1;
@@ -100,8 +98,7 @@ impl SendfileStream {
             }
             self.writes = 0;
             let Some(rate) = send_mark::delivery_rate(&self.inner) else { return };
-            self.rate = rate.max(self.rate - self.rate / 8);
-            let target = send_mark::paced(wanted.floor, self.rate);
+            let target = send_mark::paced(wanted.floor, self.rate.sample(rate, std::time::Instant::now()));
             if target.abs_diff(self.applied) <= self.applied / 8 {
                 return;
             }
@@ -109,8 +106,7 @@ impl SendfileStream {
         } else {
             return;
         };
-        if target != self.applied {
-            send_mark::apply(&self.inner, target);
+        if target != self.applied && send_mark::apply(&self.inner, target) {
             self.applied = target;
         }
     }
@@ -339,7 +335,7 @@ mod tests {
         for _ in 0..4 * PACE_EVERY_WRITES {
             out.write_all(&chunk).await.unwrap();
         }
-        // Loopback delivers gigabytes a second: 20 ms of that is past the
+        // Loopback delivers gigabytes a second: 100 ms of that is past the
         // largest paced mark.
         assert!(mark(&out) > 16 << 10, "a paced mark stayed at {}", mark(&out));
         activity.want_send_mark(Mark { floor: 16 << 10, paced: false });

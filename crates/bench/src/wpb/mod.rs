@@ -75,7 +75,7 @@ struct Links {
 
 impl Links {
     fn host(&self) -> String {
-        self.net.as_ref().map_or("127.0.0.1".into(), |n| n.plan.server_ip().to_string())
+        crate::netem::server_host(self.net.as_ref())
     }
 
     /// The origin is in the bench, in the root namespace: on the veth's
@@ -85,7 +85,7 @@ impl Links {
     }
 
     fn wrap(&self) -> Vec<String> {
-        self.net.as_ref().map_or(Vec::new(), |n| n.plan.exec_in())
+        crate::netem::server_wrap(self.net.as_ref())
     }
 
     fn local(&self, clients: usize) -> Option<Vec<IpAddr>> {
