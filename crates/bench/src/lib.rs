@@ -196,7 +196,8 @@ pub(crate) fn make_file(path: &std::path::Path, size: u64, seed: u64) -> Result<
         return Ok(());
     }
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path).map_err(io_err("creating test file"))?);
+    let file = std::fs::File::create(path).map_err(io_err("creating test file"))?;
+    let mut f = std::io::BufWriter::new(&file);
     let mut buf = vec![0u8; 1 << 20];
     let mut left = size;
     while left > 0 {
@@ -205,5 +206,9 @@ pub(crate) fn make_file(path: &std::path::Path, size: u64, seed: u64) -> Result<
         f.write_all(&buf[..n]).map_err(io_err("writing test file"))?;
         left -= n as u64;
     }
-    f.flush().map_err(io_err("writing test file"))
+    f.flush().map_err(io_err("writing test file"))?;
+    // On disk before any server reads it: a direct (O_DIRECT) read of
+    // pages still dirty waits for their writeback, inside the first
+    // server's timed run and not the others'.
+    file.sync_all().map_err(io_err("syncing test file"))
 }

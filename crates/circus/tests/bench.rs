@@ -23,8 +23,14 @@ fn skip_reason() -> Option<String> {
     None
 }
 
+/// One bench at a time: each loads both cores and times what it measures
+/// (downloads behind links were 15% slower than their links while `bench
+/// defaults` ran beside them), so the tests of this file take turns.
+static ONE_BENCH_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Runs `circus bench ARGS --json --work DIR` and returns its report.
 fn bench_report(args: &[&str], dir: &Path) -> Value {
+    let _turn = ONE_BENCH_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let run = Command::new(BIN)
         .args(["bench"])
         .args(args)
@@ -47,6 +53,7 @@ fn bench_quick_measures_circus_and_nginx_on_the_same_disk_and_links() {
     }
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
+    let turn = ONE_BENCH_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let run = Command::new(BIN)
         .args(["bench", "quick", "--servers", "circus,nginx-sendfile", "--no-sim", "--json", "--work"])
         .arg(dir.path())
@@ -55,6 +62,7 @@ fn bench_quick_measures_circus_and_nginx_on_the_same_disk_and_links() {
         .env("CIRCUS_LOG", "warn")
         .output()
         .unwrap();
+    drop(turn);
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "bench failed: {stderr}");
     let rows: Vec<Value> =
