@@ -74,7 +74,11 @@ pub fn main(args: ServeArgs) -> anyhow::Result<()> {
             tokio::spawn(reopen_on_usr1(usr1, log));
         }
         tracing::info!(root = %cfg.root.display(), origin = ?cfg.origin.as_ref().map(|o| o.source.to_string()), cache = %ByteSize(cfg.sched.cache_bytes), policy = ?cfg.sched.policy, "serving");
-        server.run(shutdown_signal()).await?;
+        // On a worker thread: a connection's task spawned from there starts
+        // in that worker's own queue, where one spawned from the thread
+        // blocked on the runtime goes through the shared queue and a
+        // wake-up of a worker, for every connection.
+        tokio::spawn(server.run(shutdown_signal())).await??;
         Ok(())
     })
 }
