@@ -97,7 +97,12 @@ pub async fn run(opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Res
     let cpu = if outcome.cpu_worse.is_empty() {
         "server CPU per byte <= nginx's at every load".to_string()
     } else {
-        format!("server CPU per byte above nginx's at: {}", outcome.cpu_worse.join(", "))
+        let worse: Vec<String> = outcome
+            .cpu_worse
+            .iter()
+            .map(|w| format!("{}: {:.2} of nginx's, {:.2} with the clients' CPU", w.load, w.server, w.with_clients))
+            .collect();
+        format!("server CPU per byte above nginx's at: {}", worse.join("; "))
     };
     Ok(Report {
         scenario: "defaults".into(),

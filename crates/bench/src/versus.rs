@@ -66,11 +66,19 @@ impl<'a> Contender<'a> {
 pub(crate) struct Outcome {
     pub rows: Vec<Row>,
     pub verdicts: Vec<String>,
-    /// Loads where circus spent more server CPU per byte than nginx, each
-    /// with what server and clients spent together, circus over nginx.
-    pub cpu_worse: Vec<String>,
+    /// Loads where circus spent more server CPU per byte than nginx.
+    pub cpu_worse: Vec<CpuWorse>,
     /// Per load, in the order given: the figures the plot draws.
     pub figures: Vec<LoadFigures>,
+}
+
+/// A load where circus's server spent more CPU per byte than nginx's.
+pub(crate) struct CpuWorse {
+    pub load: String,
+    /// Server CPU per byte, circus over nginx.
+    pub server: f64,
+    /// Server and clients together, circus over nginx.
+    pub with_clients: f64,
 }
 
 /// One load's headline figures.
@@ -181,11 +189,11 @@ pub(crate) async fn alternate(
             if ratio >= load.target { "met" } else { "NOT met" }
         ));
         if per_gb[0] > per_gb[1] {
-            out.cpu_worse.push(format!(
-                "{} ({:.2} of nginx's; with the clients' CPU, {with_clients_ratio:.2})",
-                load.name,
-                per_gb[0] / per_gb[1]
-            ));
+            out.cpu_worse.push(CpuWorse {
+                load: load.name.clone(),
+                server: per_gb[0] / per_gb[1],
+                with_clients: with_clients_ratio,
+            });
         }
     }
     Ok(out)

@@ -56,6 +56,9 @@ pub fn main(args: ServeArgs) -> anyhow::Result<()> {
     runtime.block_on(async {
         // From here on SIGHUP reloads instead of ending the process.
         let hangups = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+        // Before the listening lines, which scripts wait for before they
+        // signal.
+        let stop = shutdown_signal()?;
         let server = Server::bind(cfg.clone()).await?;
         // Tests and scripts read these lines to find the ports when given :0.
         let scheme = if server.certificates().is_none() { "http" } else { "https" };
@@ -74,11 +77,8 @@ pub fn main(args: ServeArgs) -> anyhow::Result<()> {
             tokio::spawn(reopen_on_usr1(usr1, log));
         }
         tracing::info!(root = %cfg.root.display(), origin = ?cfg.origin.as_ref().map(|o| o.source.to_string()), cache = %ByteSize(cfg.sched.cache_bytes), policy = ?cfg.sched.policy, "serving");
-        // On a worker thread: a connection's task spawned from there starts
-        // in that worker's own queue, where one spawned from the thread
-        // blocked on the runtime goes through the shared queue and a
-        // wake-up of a worker, for every connection.
-        tokio::spawn(server.run(shutdown_signal())).await??;
+        // On a worker thread (see `Server::run`).
+        tokio::spawn(server.run(stop)).await.context("the server's task")??;
         Ok(())
     })
 }
@@ -141,12 +141,16 @@ async fn reopen_on_usr1(mut usr1: tokio::signal::unix::Signal, log: Arc<circus_s
     }
 }
 
-async fn shutdown_signal() {
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {},
-        _ = term.recv() => {},
-    }
+/// Resolves at the first SIGTERM or SIGINT; both are caught from the call.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()> + Send> {
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {},
+            _ = term.recv() => {},
+        }
+    })
 }
 
 /// A cache larger than the machine's memory is swapped or killed by the

@@ -143,8 +143,8 @@ fn bench_defaults_drives_circus_and_nginx_in_clear_over_every_size_and_protocol(
     let plot = std::fs::read_to_string(dir.path().join("defaults.svg")).expect("the run draws its figure");
     assert!(plot.contains("circus / nginx") && plot.contains("h2, 100 streams"), "{plot}");
     // Each ratio comes with the ceiling the clients' and the kernel's
-    // measured costs leave on this machine; a server row with what its
-    // clients spent.
+    // measured costs leave on this machine and with server and clients'
+    // CPU per byte over nginx's; a server row with what its clients spent.
     let figure = |row: &Value, name: &str| {
         let figures = row["figures"].as_array().unwrap();
         figures.iter().find(|f| f[0] == name).and_then(|f| f[1].as_f64())
@@ -157,6 +157,10 @@ fn bench_defaults_drives_circus_and_nginx_in_clear_over_every_size_and_protocol(
         // Three downloads of 4 MiB may cost curl less than a clock tick.
         if !name.contains("curl downloads") {
             assert!(value.is_finite() && value > 0.0, "{what} {value} in {row}");
+            if name.starts_with("ratio") {
+                let together = figure(row, "cpu_with_clients_per_byte_over_nginx");
+                assert!(together.is_some_and(|v| v.is_finite() && v > 0.0), "no server + clients CPU in {row}");
+            }
         }
     }
 }

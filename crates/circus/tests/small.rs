@@ -152,23 +152,27 @@ fn a_request_to_close_gets_the_kept_file_then_the_end_of_the_connection() {
 #[test]
 fn files_up_to_a_mebibyte_are_kept_whole_and_answered_by_the_lane_in_pipelined_bursts() {
     let dir = tempfile::tempdir().unwrap();
-    // Fifteen blocks at the default 64 KiB, under the 1 MiB kept whole.
-    let data: Vec<u8> = (0..960 << 10).map(|i: u32| (i.wrapping_mul(31) % 251) as u8).collect();
+    // Four blocks at the default 64 KiB, and fifteen: both under the
+    // 1 MiB kept whole.
+    let data: Vec<u8> = (0..200 << 10).map(|i: u32| (i.wrapping_mul(31) % 251) as u8).collect();
     std::fs::write(dir.path().join("m.bin"), &data).unwrap();
+    let large: Vec<u8> = (0..960 << 10).map(|i: u32| (i.wrapping_mul(17) % 253) as u8).collect();
+    std::fs::write(dir.path().join("l.bin"), &large).unwrap();
     let over = vec![7u8; (1 << 20) + 1];
     std::fs::write(dir.path().join("over.bin"), &over).unwrap();
     let server = common::serve(&[dir.path().to_str().unwrap()]);
     let addr = server.addr.as_str();
     let get = "GET /m.bin HTTP/1.1\r\nhost: t\r\n\r\n";
-    pipelined(addr, &[(get, false), ("GET /over.bin HTTP/1.1\r\nhost: t\r\n\r\n", false)]);
+    let get_large = "GET /l.bin HTTP/1.1\r\nhost: t\r\n\r\n";
+    pipelined(addr, &[(get, false), (get_large, false), ("GET /over.bin HTTP/1.1\r\nhost: t\r\n\r\n", false)]);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while metric(&server.admin, "circus_small_files_resident_bytes") == 0.0 {
-        assert!(Instant::now() < deadline, "the file of fifteen blocks was never kept");
+    while metric(&server.admin, "circus_small_files_resident_bytes") < (data.len() + large.len()) as f64 {
+        assert!(Instant::now() < deadline, "the files of four and fifteen blocks were never both kept");
         std::thread::sleep(Duration::from_millis(20));
     }
     let reads = metric(&server.admin, "circus_storage_read_bytes_total");
-    // Each answer is more than the lane queues at once (256 KiB): it
-    // writes, then answers the rest of the burst.
+    // Twenty answers of 200 KiB are more than the lane queues at once
+    // (256 KiB): it writes, then answers the rest of the burst.
     let mut burst = vec![(get, false); 20];
     burst.push(("HEAD /m.bin HTTP/1.1\r\nhost: t\r\n\r\n", true));
     burst.push(("GET /m.bin HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n", false));
@@ -181,10 +185,13 @@ fn files_up_to_a_mebibyte_are_kept_whole_and_answered_by_the_lane_in_pipelined_b
         }
     }
     assert_eq!(answers[21].1.get("connection").map(String::as_str), Some("close"));
+    let answers = pipelined(addr, &[(get_large, false), (get_large, false)]);
+    assert!(answers.iter().all(|(status, _, body)| *status == 200 && *body == large), "the kept 960 KiB");
     assert_eq!(metric(&server.admin, "circus_storage_read_bytes_total"), reads, "the lane reads nothing from storage");
     // Over 1 MiB: served by the full path, never kept.
     let resident = metric(&server.admin, "circus_small_files_resident_bytes");
-    assert!(resident < over.len() as f64, "{resident} bytes kept: the larger file too");
+    let with_over = (data.len() + large.len() + over.len()) as f64;
+    assert!(resident < with_over, "{resident} bytes kept: the file over 1 MiB too");
     let got = pipelined(addr, &[("GET /over.bin HTTP/1.1\r\nhost: t\r\n\r\n", false)]);
     assert!(got[0].2 == over);
 }

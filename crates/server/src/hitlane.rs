@@ -44,7 +44,10 @@ const MAX_HEADERS: usize = 32;
 
 /// Answers buffered before they are written, so that a burst of tiny
 /// pipelined requests for larger objects cannot grow the output without
-/// bound: the rest of the burst waits until this much has gone out.
+/// bound: the rest of the burst waits until this much has gone out. A
+/// connection holds at most this plus one answer (up to 1 MiB); bodies of
+/// 4 KiB or more are the store's own bytes, shared, and held outside its
+/// budget only while a replaced version is still being written.
 const OUT_LIMIT: usize = 256 * 1024;
 
 /// How a connection left the lane.

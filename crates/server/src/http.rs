@@ -207,8 +207,9 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>, private: bool) -> Res
         }
         Precondition::Proceed => {
             // Plain clients neither wait for nor start an index build (a
-            // HEAD must not read the whole file); their responses carry
-            // Repr-Digest once a native request or `circus index` built it.
+            // HEAD must not read the whole file), except that keeping a
+            // file for the lane (up to 1 MiB) builds its index; their
+            // responses carry Repr-Digest once one was built.
             let res = plain(state, req.uri().path(), &file, h, head).await;
             // What only some may read is never kept for the hit lane.
             if !head && !private && res.status() == StatusCode::OK && state.small.wants(&file) {

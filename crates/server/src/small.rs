@@ -3,7 +3,7 @@
 //! scheduler: a file this small is read whole at once and kept resident,
 //! so there is nothing to share out of order, and the full path's fixed
 //! cost per request (a driver round trip cost 8x nginx's rate for one
-//! block; the scheduler, hyper and a `stat` for a few) outweighs the one
+//! block; the scheduler, hyper and a `stat` up to 1 MiB) outweighs the one
 //! copy the kernel makes of a body written from memory rather than sent
 //! from the block cache with `sendfile`.
 //!
@@ -35,12 +35,21 @@ use std::{
     time::{SystemTime, UNIX_EPOCH},
 };
 
-/// Files read for admission at once, at most: each holds its read and its
-/// copy outside the budget until it is kept.
-const ADMITTING_AT_MOST: usize = 8;
+/// Files read for admission at once, at most, and their bytes (a file
+/// alone may be larger): each holds its read and its copy outside the
+/// budget until it is kept.
+const ADMITTING_AT_MOST: (usize, u64) = (8, 2 << 20);
 
 /// Charged per entry on top of its bytes: the struct, key and table slot.
 const ENTRY_OVERHEAD: u64 = 192;
+
+/// Room left in a shard beside the largest file for its head, weighed
+/// twice (see [`ByBytes`]; a head is about 300 bytes).
+const HEAD_ROOM: u64 = 4 << 10;
+
+/// Room left beside the largest file for its path, the cache's key.
+/// A longer path is not kept (see [`SmallFiles::admit`]).
+const PATH_ROOM: u64 = 4 << 10;
 
 #[derive(Debug)]
 struct Small {
@@ -55,6 +64,13 @@ struct Small {
     body: Bytes,
     /// Unix second of the last check that the path still names this version.
     checked: AtomicU64,
+}
+
+/// The versions being read for admission and their bytes.
+#[derive(Default)]
+struct Admitting {
+    files: FxHashSet<FileId>,
+    bytes: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -83,12 +99,9 @@ impl Kept {
 }
 
 /// The largest file kept whole: 1 MiB, or a block where blocks are
-/// larger. At 1 MiB the lane still answers 7-26% more requests than the
-/// full path, for 8-24% less of the machine's CPU (wrk, 16 keep-alive
-/// connections on loopback, alternating rounds): the copy into the socket
-/// costs less than the scheduler's blocks, each `sendfile` of 4 KiB pages
-/// from the block cache, and hyper. The store's share of the budget (a
-/// sixteenth) bounds how many such files it keeps.
+/// larger. At 1 MiB the copy into the socket still costs less than the
+/// full path's scheduler, hyper and `sendfile` of 4 KiB pages from the
+/// block cache (docs/results/2026-11-28-lane-mebibyte-and-accept.md).
 pub(crate) fn largest_kept(block_size: u32) -> u64 {
     u64::from(block_size).max(1 << 20)
 }
@@ -97,7 +110,7 @@ pub(crate) struct SmallFiles {
     /// By request path, still percent-encoded (as the lane sees it).
     cache: Cache<String, Arc<Small>, ByBytes>,
     /// Versions being read for admission, so a crowd reads a file once.
-    admitting: Mutex<FxHashSet<FileId>>,
+    admitting: Mutex<Admitting>,
     /// Largest file kept ([`largest_kept`]).
     max_size: u64,
     budget: u64,
@@ -111,16 +124,31 @@ impl std::fmt::Debug for SmallFiles {
 
 impl SmallFiles {
     /// A store of `budget` bytes keeping files of up to `max_size` bytes,
-    /// or an eighth of the budget if less: the cache refuses an entry
-    /// heavier than its shard, and a file it would refuse would be read
-    /// again at every request.
+    /// and none over an eighth of the budget, so that it holds many.
+    ///
+    /// quick_cache splits its budget into shards (four per core unless
+    /// told) and refuses an entry heavier than 97% of one; a file it
+    /// refused would be read again at every request. So the shards are
+    /// made at least twice the largest file where the budget allows, and
+    /// the largest file is held under what one shard takes.
     pub fn new(budget: u64, max_size: u64) -> Self {
         // An estimate of the entries it will hold, for sizing its table.
         let items = (budget / (16 << 10)).clamp(16, 1 << 20) as usize;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+        let fitting = (budget / (2 * max_size.min(budget / 8).max(1))).clamp(1, 4 * cores);
+        let options = quick_cache::OptionsBuilder::new()
+            .estimated_items_capacity(items)
+            .weight_capacity(budget.max(1))
+            // A power of two, as the cache rounds up to one.
+            .shards(1 << fitting.ilog2())
+            .build()
+            .expect("every option is set");
+        let cache = Cache::with_options(options, ByBytes, Default::default(), Default::default());
+        let room = cache.shard_capacity() / 100 * 97;
         SmallFiles {
-            cache: Cache::with_weighter(items, budget.max(1), ByBytes),
+            cache,
             admitting: Mutex::default(),
-            max_size: max_size.min(budget / 8),
+            max_size: max_size.min(budget / 8).min(room.saturating_sub(ENTRY_OVERHEAD + HEAD_ROOM + PATH_ROOM)),
             budget,
         }
     }
@@ -134,13 +162,22 @@ impl SmallFiles {
     /// under `url_path`, in the background, counting the read in
     /// `read_bytes`; a second call for a version being admitted is a no-op.
     pub fn admit(self: &Arc<Self>, read_bytes: Counter, file: Arc<FileEntry>, url_path: &str) {
+        if url_path.len() as u64 > PATH_ROOM {
+            // It might not fit beside the largest files, and be read again
+            // at every request.
+            return;
+        }
         {
             let mut admitting = self.admitting.lock().expect("admitting lock");
             // A crawl of many files admits a few at a time; the others are
             // served by the full path and admitted at a later request.
-            if admitting.len() >= ADMITTING_AT_MOST || !admitting.insert(file.id) {
+            let (files, bytes) = ADMITTING_AT_MOST;
+            let busy =
+                admitting.files.len() >= files || (!admitting.files.is_empty() && admitting.bytes + file.size > bytes);
+            if busy || !admitting.files.insert(file.id) {
                 return;
             }
+            admitting.bytes += file.size;
         }
         let (this, url_path) = (self.clone(), url_path.to_owned());
         tokio::spawn(async move {
@@ -149,7 +186,9 @@ impl SmallFiles {
                 Ok(small) => this.cache.insert(url_path, Arc::new(small)),
                 Err(e) => tracing::debug!(path = %file.rel, error = %e, "small file not kept"),
             }
-            this.admitting.lock().expect("admitting lock").remove(&file.id);
+            let mut admitting = this.admitting.lock().expect("admitting lock");
+            admitting.files.remove(&file.id);
+            admitting.bytes -= file.size;
         });
     }
 
@@ -329,5 +368,35 @@ mod tests {
         // would refuse after every read.
         assert!(SmallFiles::new(1 << 20, 256 << 10).wants(&files.lookup("/big").unwrap()));
         assert!(!SmallFiles::new(32 << 10, 256 << 10).wants(&files.lookup("/big").unwrap()));
+    }
+
+    /// What the store keeps for a file of `size` bytes under a typical path.
+    fn entry_of(size: u64) -> Arc<Small> {
+        let head = "HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\ncontent-length: 1048576\r\n\
+                    accept-ranges: bytes\r\netag: \"6746c8f2-100000\"\r\nlast-modified: Fri, 27 Nov 2026 10:00:00 GMT\r\n\
+                    vary: Accept\r\nrepr-digest: sha-256=:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=:\r\n";
+        Arc::new(Small {
+            id: FileId(1),
+            entry: Weak::new(),
+            head: Bytes::from(head),
+            fields: http::HeaderMap::new(),
+            body: Bytes::from(vec![0u8; size as usize]),
+            checked: AtomicU64::new(0),
+        })
+    }
+
+    #[test]
+    fn the_largest_file_wanted_fits_the_store_whatever_its_budget() {
+        // The cache refuses an entry heavier than most of one of its
+        // shards; a file it refused would be read again at every request.
+        for budget in [1 << 20, 4 << 20, 16 << 20, 64 << 20, 1 << 30] {
+            let small = SmallFiles::new(budget, largest_kept(64 << 10));
+            let largest = small.max_size;
+            let wanted = (budget / 8).min(largest_kept(64 << 10));
+            assert!(largest + (16 << 10) >= wanted, "store of {budget}: files up to {largest} only");
+            let path = "/pool/main/l/linux/linux-image-6.18.44-amd64_6.18.44-1_amd64.deb";
+            small.cache.insert(path.to_owned(), entry_of(largest));
+            assert!(small.cache.get(path).is_some(), "store of {budget}: a file of {largest} bytes was refused");
+        }
     }
 }
