@@ -60,6 +60,10 @@ pub fn main(args: ServeArgs) -> anyhow::Result<()> {
         // signal.
         let stop = shutdown_signal()?;
         let server = Server::bind(cfg.clone()).await?;
+        let usr1 = match server.access_log() {
+            Some(_) => Some(signal(SignalKind::user_defined1()).context("installing the SIGUSR1 handler")?),
+            None => None,
+        };
         // Tests and scripts read these lines to find the ports when given :0.
         let scheme = if server.certificates().is_none() { "http" } else { "https" };
         for addr in server.local_addrs() {
@@ -72,8 +76,7 @@ pub fn main(args: ServeArgs) -> anyhow::Result<()> {
             println!("circus redirecting http://{redirect} to https");
         }
         tokio::spawn(reload_on_hangup(hangups, args, cfg.clone(), server.certificates()));
-        if let Some(log) = server.access_log() {
-            let usr1 = signal(SignalKind::user_defined1()).context("installing the SIGUSR1 handler")?;
+        if let (Some(log), Some(usr1)) = (server.access_log(), usr1) {
             tokio::spawn(reopen_on_usr1(usr1, log));
         }
         tracing::info!(root = %cfg.root.display(), origin = ?cfg.origin.as_ref().map(|o| o.source.to_string()), cache = %ByteSize(cfg.sched.cache_bytes), policy = ?cfg.sched.policy, "serving");

@@ -73,6 +73,22 @@ struct Admitting {
     bytes: u64,
 }
 
+/// One version being read for admission, counted in [`Admitting`] until
+/// dropped.
+struct Admission {
+    store: Arc<SmallFiles>,
+    id: FileId,
+    size: u64,
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        let mut admitting = self.store.admitting();
+        admitting.files.remove(&self.id);
+        admitting.bytes = admitting.bytes.saturating_sub(self.size);
+    }
+}
+
 #[derive(Debug, Clone)]
 struct ByBytes;
 
@@ -168,7 +184,7 @@ impl SmallFiles {
             return;
         }
         {
-            let mut admitting = self.admitting.lock().expect("admitting lock");
+            let mut admitting = self.admitting();
             // A crawl of many files admits a few at a time; the others are
             // served by the full path and admitted at a later request.
             let (files, bytes) = ADMITTING_AT_MOST;
@@ -179,17 +195,21 @@ impl SmallFiles {
             }
             admitting.bytes += file.size;
         }
-        let (this, url_path) = (self.clone(), url_path.to_owned());
+        // Let go of however the task ends (a panic, a runtime shutting down).
+        let admission = Admission { store: self.clone(), id: file.id, size: file.size };
+        let url_path = url_path.to_owned();
         tokio::spawn(async move {
             let built = Self::build(&read_bytes, &file).await;
             match built {
-                Ok(small) => this.cache.insert(url_path, Arc::new(small)),
+                Ok(small) => admission.store.cache.insert(url_path, Arc::new(small)),
                 Err(e) => tracing::debug!(path = %file.rel, error = %e, "small file not kept"),
             }
-            let mut admitting = this.admitting.lock().expect("admitting lock");
-            admitting.files.remove(&file.id);
-            admitting.bytes -= file.size;
         });
+    }
+
+    fn admitting(&self) -> std::sync::MutexGuard<'_, Admitting> {
+        // Its counts stay whole even if a holder panicked.
+        self.admitting.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     async fn build(read_bytes: &Counter, file: &Arc<FileEntry>) -> Result<Small, ReadError> {
@@ -389,9 +409,13 @@ mod tests {
     fn the_largest_file_wanted_fits_the_store_whatever_its_budget() {
         // The cache refuses an entry heavier than most of one of its
         // shards; a file it refused would be read again at every request.
-        for budget in [1 << 20, 4 << 20, 16 << 20, 64 << 20, 1 << 30] {
+        for budget in [0, 8 << 10, 32 << 10, (3 << 20) + 7, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 1 << 30] {
             let small = SmallFiles::new(budget, largest_kept(64 << 10));
             let largest = small.max_size;
+            if largest == 0 {
+                assert!(budget < 16 << 10, "a store of {budget} keeps nothing");
+                continue;
+            }
             let wanted = (budget / 8).min(largest_kept(64 << 10));
             assert!(largest + (16 << 10) >= wanted, "store of {budget}: files up to {largest} only");
             let path = "/pool/main/l/linux/linux-image-6.18.44-amd64_6.18.44-1_amd64.deb";
