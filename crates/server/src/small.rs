@@ -150,8 +150,9 @@ impl SmallFiles {
     pub fn new(budget: u64, max_size: u64) -> Self {
         // An estimate of the entries it will hold, for sizing its table.
         let items = (budget / (16 << 10)).clamp(16, 1 << 20) as usize;
+        let wanted = max_size.min(budget / 8);
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-        let fitting = (budget / (2 * max_size.min(budget / 8).max(1))).clamp(1, 4 * cores);
+        let fitting = (budget / (2 * wanted.max(1))).clamp(1, 4 * cores);
         let options = quick_cache::OptionsBuilder::new()
             .estimated_items_capacity(items)
             .weight_capacity(budget.max(1))
@@ -164,7 +165,7 @@ impl SmallFiles {
         SmallFiles {
             cache,
             admitting: Mutex::default(),
-            max_size: max_size.min(budget / 8).min(room.saturating_sub(ENTRY_OVERHEAD + HEAD_ROOM + PATH_ROOM)),
+            max_size: wanted.min(room.saturating_sub(ENTRY_OVERHEAD + HEAD_ROOM + PATH_ROOM)),
             budget,
         }
     }
@@ -388,6 +389,29 @@ mod tests {
         // would refuse after every read.
         assert!(SmallFiles::new(1 << 20, 256 << 10).wants(&files.lookup("/big").unwrap()));
         assert!(!SmallFiles::new(32 << 10, 256 << 10).wants(&files.lookup("/big").unwrap()));
+    }
+
+    #[tokio::test]
+    async fn a_path_too_long_to_fit_beside_the_largest_files_is_never_read_for_admission() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("s.txt"), b"small file").unwrap();
+        let files = FileTable::new(dir.path(), 4096).unwrap();
+        let small = Arc::new(SmallFiles::new(16 << 20, largest_kept(64 << 10)));
+        let file = files.lookup("/s.txt").unwrap();
+        // The same file under a path padded with empty segments.
+        let long = format!("{}/s.txt", "/".repeat(PATH_ROOM as usize));
+        let read = Counter::default();
+        small.admit(read.clone(), file.clone(), &long);
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert_eq!((read.get(), small.used()), (0, 0), "a path of {} bytes was admitted", long.len());
+        small.admit(read.clone(), file, "/s.txt");
+        for _ in 0..200 {
+            if small.used() > 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(read.get(), 10, "the short path is admitted");
     }
 
     /// What the store keeps for a file of `size` bytes under a typical path.
