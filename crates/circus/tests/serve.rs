@@ -210,6 +210,62 @@ fn fields(curl: &Path, url: &str, extra: &[&str]) -> Vec<String> {
     lines
 }
 
+/// Kept files of many sizes, fetched together as streams of one h2
+/// connection: their frames are gathered by reference into shared writes
+/// (`lent`), and each file must still arrive whole and alone.
+#[test]
+fn kept_files_fetched_together_over_h2_arrive_each_whole() {
+    let Some(curl) = tool("curl") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let sizes: Vec<usize> = (0..24).map(|i| 1000 + i * 41_000).collect();
+    let files: Vec<(String, Vec<u8>)> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &size)| {
+            let seed = i as u64 + 1;
+            let data = (0..size as u64).map(|j| (j.wrapping_mul(seed * 0x9E37_79B9) >> 24) as u8).collect();
+            (format!("f{i:02}.bin"), data)
+        })
+        .collect();
+    for (name, data) in &files {
+        std::fs::write(dir.path().join(name), data).unwrap();
+    }
+    let s = serve(dir.path(), &[]);
+    // A plain GET of each has it kept whole; give those reads a moment.
+    for (name, _) in &files {
+        run(Command::new(&curl).args(["-sSf", "-o", "/dev/null", &format!("http://{}/{name}", s.addr)]));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let stream = tokio::net::TcpStream::connect(&s.addr).await.unwrap();
+        let (send, conn) = hyper::client::conn::http2::handshake::<_, _, http_body_util::Empty<bytes::Bytes>>(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(stream),
+        )
+        .await
+        .unwrap();
+        tokio::spawn(conn);
+        for round in 0..3 {
+            let mut fetches = tokio::task::JoinSet::new();
+            for (i, (name, _)) in files.iter().enumerate() {
+                let mut send = send.clone();
+                let req = hyper::Request::get(format!("http://{}/{name}", s.addr)).body(Default::default()).unwrap();
+                fetches.spawn(async move {
+                    let res = send.send_request(req).await.unwrap();
+                    assert_eq!(res.status(), 200);
+                    (i, http_body_util::BodyExt::collect(res.into_body()).await.unwrap().to_bytes())
+                });
+            }
+            while let Some(fetched) = fetches.join_next().await {
+                let (i, got) = fetched.unwrap();
+                let (name, data) = &files[i];
+                assert!(got == data[..], "round {round}: {name} differs ({} bytes, want {})", got.len(), data.len());
+            }
+        }
+    });
+}
+
 #[test]
 fn a_small_file_has_the_same_fields_on_every_path_and_2000_h2_streams_arrive_whole() {
     let Some(curl) = tool("curl") else { return };

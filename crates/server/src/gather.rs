@@ -10,6 +10,15 @@
 //! passes straight through once what was gathered before it is out, so
 //! bodies are not copied twice.
 //!
+//! A frame whose payload lies in a body lent by the response (a kept small
+//! file, `lent`) is gathered too, its payload by reference: the frames of
+//! many streams' bodies go out in one vectored write of up to
+//! `MOST_GATHERED` bytes at the poll's end, not one write per 16 KiB
+//! frame. A 100 KiB body took seven system calls and woke the client seven
+//! times; h2load over 16 connections of 100 streams then got about 1.7
+//! times the responses per second. Bodies in the block cache keep the
+//! frame-by-frame path, whose payloads `sendfile` sends.
+//!
 //! A flush asked for inside the poll is put off to the poll's end, which
 //! is a few microseconds later on the same task, and is then passed on to
 //! the stream underneath; a shutdown writes what is gathered first.
@@ -23,7 +32,10 @@
 //! system calls and wake-ups it saves, and there is no `sendfile` to keep
 //! when user space encrypts.
 
+use crate::lent::Lender;
+use bytes::{Buf, Bytes, BytesMut};
 use std::{
+    collections::VecDeque,
     future::Future,
     io::{self, IoSlice},
     pin::Pin,
@@ -34,9 +46,17 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Writes of at least this many bytes are not copied.
 const PASS_THROUGH: usize = 16 * 1024;
-/// What is gathered is written once it would grow past this: over TLS,
+/// Copies gathered are written once they would grow past this: over TLS,
 /// four records of 16 KiB.
 const CAPACITY: usize = 64 * 1024;
+/// What is gathered, lent bytes included, is written once it would grow
+/// past this.
+const MOST_GATHERED: usize = 256 * 1024;
+/// Slices shorter than this are copied without looking for a lent body
+/// holding them (frame headers, small frames).
+const LOOKED_UP_FROM: usize = 512;
+/// Slices per vectored write.
+const SLICES: usize = 64;
 
 /// The stream, for hyper. See [`split`].
 pub(crate) struct Gathered<S>(Arc<Mutex<Shared<S>>>);
@@ -46,32 +66,47 @@ pub(crate) struct Gathering<S>(Arc<Mutex<Shared<S>>>);
 
 struct Shared<S> {
     io: S,
-    buf: Vec<u8>,
-    /// How much of `buf` is already written.
-    written: usize,
+    /// What is gathered and not yet written, in order, before `copying`:
+    /// copies already closed, and lent bytes.
+    pieces: VecDeque<Bytes>,
+    /// Copies gathered after the last piece.
+    copying: BytesMut,
+    /// Bytes in `pieces` and `copying`.
+    pending: usize,
     /// A write error met at a poll's end, for the connection's next write.
     failed: Option<io::ErrorKind>,
     /// Every write is gathered, up to exactly `CAPACITY` (over rustls).
     whole_records: bool,
+    /// Bodies whose bytes are kept by reference instead of copied.
+    lender: Option<Lender>,
     /// Bytes went to `io` since its last flush.
     unflushed: bool,
 }
 
 /// The stream to hand to hyper, and what must wrap the connection's future
-/// (see [`Gathering::around`]) so that gathered writes go out.
-pub(crate) fn split<S>(io: S) -> (Gathered<S>, Gathering<S>) {
-    split_with(io, false)
+/// (see [`Gathering::around`]) so that gathered writes go out. Payloads
+/// found in a body lent to `lender` are gathered by reference (`lent`).
+pub(crate) fn split<S>(io: S, lender: Option<Lender>) -> (Gathered<S>, Gathering<S>) {
+    split_with(io, false, lender)
 }
 
 /// As [`split`], for a stream that rustls encrypts: large writes are
 /// gathered too, into full records (see the module's text).
-pub(crate) fn split_for_records<S>(io: S) -> (Gathered<S>, Gathering<S>) {
-    split_with(io, true)
+pub(crate) fn split_for_records<S>(io: S, _: Option<Lender>) -> (Gathered<S>, Gathering<S>) {
+    split_with(io, true, None)
 }
 
-fn split_with<S>(io: S, whole_records: bool) -> (Gathered<S>, Gathering<S>) {
-    let shared =
-        Arc::new(Mutex::new(Shared { io, buf: Vec::new(), written: 0, failed: None, whole_records, unflushed: false }));
+fn split_with<S>(io: S, whole_records: bool, lender: Option<Lender>) -> (Gathered<S>, Gathering<S>) {
+    let shared = Arc::new(Mutex::new(Shared {
+        io,
+        pieces: VecDeque::new(),
+        copying: BytesMut::new(),
+        pending: 0,
+        failed: None,
+        whole_records,
+        lender,
+        unflushed: false,
+    }));
     (Gathered(shared.clone()), Gathering(shared))
 }
 
@@ -87,17 +122,70 @@ impl<S: AsyncWrite + Unpin> Shared<S> {
         if let Some(kind) = self.failed {
             return Poll::Ready(Err(kind.into()));
         }
-        while self.written < self.buf.len() {
-            let n = ready!(Pin::new(&mut self.io).poll_write(cx, &self.buf[self.written..]))?;
+        while self.pending > 0 {
+            let mut slices = [IoSlice::new(&[]); SLICES];
+            let mut count = 0;
+            let pieces = self.pieces.iter().map(|p| &p[..]).chain(std::iter::once(&self.copying[..]));
+            for piece in pieces.filter(|p| !p.is_empty()) {
+                if count == SLICES {
+                    break;
+                }
+                slices[count] = IoSlice::new(piece);
+                count += 1;
+            }
+            let io = Pin::new(&mut self.io);
+            // One slice as a plain write: rustls makes a record of each
+            // slice of a vectored one.
+            let n = ready!(match count {
+                1 => io.poll_write(cx, &slices[0]),
+                _ => io.poll_write_vectored(cx, &slices[..count]),
+            })?;
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
-            self.written += n;
+            self.consume(n);
             self.unflushed = true;
         }
-        self.buf.clear();
-        self.written = 0;
         Poll::Ready(Ok(()))
+    }
+
+    /// Drops the first `n` gathered bytes, written.
+    fn consume(&mut self, mut n: usize) {
+        self.pending -= n;
+        while n > 0 {
+            match self.pieces.front_mut() {
+                Some(piece) => {
+                    let taken = n.min(piece.len());
+                    piece.advance(taken);
+                    n -= taken;
+                    if piece.is_empty() {
+                        self.pieces.pop_front();
+                    }
+                }
+                None => {
+                    self.copying.advance(n);
+                    n = 0;
+                }
+            }
+        }
+    }
+
+    fn copy(&mut self, bytes: &[u8]) {
+        if self.copying.capacity() == 0 {
+            // Once, rather than growing by doublings through a batch.
+            self.copying.reserve(CAPACITY);
+        }
+        self.copying.extend_from_slice(bytes);
+        self.pending += bytes.len();
+    }
+
+    /// Lent bytes, after what was copied before them.
+    fn keep(&mut self, lent: Bytes) {
+        if !self.copying.is_empty() {
+            self.pieces.push_back(self.copying.split().freeze());
+        }
+        self.pending += lent.len();
+        self.pieces.push_back(lent);
     }
 
     /// A large write, straight to `io`, until all of it is taken or `io`
@@ -136,45 +224,72 @@ impl<S: AsyncWrite + Unpin> Shared<S> {
     /// Over rustls: takes what fits in the buffer up to `CAPACITY`, having
     /// written a full buffer first.
     fn poll_gather_records(&mut self, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<io::Result<usize>> {
-        if self.buf.len() >= CAPACITY {
+        if self.pending >= CAPACITY {
             ready!(self.poll_drain(cx))?;
         }
         if let Some(kind) = self.failed {
             return Poll::Ready(Err(kind.into()));
         }
-        if self.buf.capacity() == 0 {
-            self.buf.reserve_exact(CAPACITY);
-        }
         let mut taken = 0;
         for b in bufs {
-            let n = b.len().min(CAPACITY - self.buf.len());
-            self.buf.extend_from_slice(&b[..n]);
+            let n = b.len().min(CAPACITY - self.pending);
+            self.copy(&b[..n]);
             taken += n;
         }
         Poll::Ready(Ok(taken))
+    }
+
+    /// Whether some slice of `bufs` may lie in a lent body.
+    fn may_be_lent(&self, bufs: &[IoSlice<'_>]) -> bool {
+        self.lender.is_some() && bufs.iter().any(|b| b.len() >= LOOKED_UP_FROM)
+    }
+
+    /// A write holding lent bytes: those kept by reference, the rest
+    /// copied, all of it taken. `None` when none of it was lent.
+    fn poll_gather_lent(&mut self, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<Option<io::Result<usize>>> {
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if (self.pending + total > MOST_GATHERED || self.failed.is_some())
+            && let Err(e) = ready!(self.poll_drain(cx))
+        {
+            return Poll::Ready(Some(Err(e)));
+        }
+        let lender = self.lender.clone().expect("may_be_lent");
+        let found: Vec<Option<Bytes>> =
+            bufs.iter().map(|b| if b.len() >= LOOKED_UP_FROM { lender.find(b) } else { None }).collect();
+        if found.iter().all(Option::is_none) {
+            return Poll::Ready(None);
+        }
+        for (b, lent) in bufs.iter().zip(found) {
+            match lent {
+                Some(lent) => self.keep(lent),
+                None => self.copy(b),
+            }
+        }
+        Poll::Ready(Some(Ok(total)))
     }
 
     fn poll_write_vectored(&mut self, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<io::Result<usize>> {
         if self.whole_records {
             return self.poll_gather_records(cx, bufs);
         }
+        if self.may_be_lent(bufs)
+            && let Some(taken) = ready!(self.poll_gather_lent(cx, bufs))
+        {
+            return Poll::Ready(taken);
+        }
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         if total >= PASS_THROUGH {
             ready!(self.poll_drain(cx))?;
             return self.poll_pass_through(cx, bufs);
         }
-        if self.buf.len() + total > CAPACITY {
+        if self.copying.len() + total > CAPACITY || self.pending + total > MOST_GATHERED {
             ready!(self.poll_drain(cx))?;
         }
         if let Some(kind) = self.failed {
             return Poll::Ready(Err(kind.into()));
         }
-        if self.buf.capacity() == 0 {
-            // Once, rather than growing by doublings through a batch.
-            self.buf.reserve_exact(CAPACITY);
-        }
         for b in bufs {
-            self.buf.extend_from_slice(b);
+            self.copy(b);
         }
         Poll::Ready(Ok(total))
     }
@@ -200,7 +315,7 @@ impl<S: AsyncWrite + Unpin, F: Future> Future for Flushed<S, F> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let out = self.connection.as_mut().poll(cx);
         let mut shared = lock(&self.gathering.0);
-        let gathered = !shared.buf.is_empty();
+        let gathered = shared.pending > 0;
         // The flushes put off during the poll reach `io` here: rustls may
         // still hold the ciphertext of what it took.
         let drained = match shared.poll_drain(cx) {
@@ -216,7 +331,7 @@ impl<S: AsyncWrite + Unpin, F: Future> Future for Flushed<S, F> {
         match drained {
             // A poll that sent nothing: the connection is idle, and an idle
             // connection keeps no buffer.
-            Poll::Ready(Ok(())) if !gathered => shared.buf = Vec::new(),
+            Poll::Ready(Ok(())) if !gathered => shared.copying = BytesMut::new(),
             Poll::Ready(Ok(())) | Poll::Pending => {}
             Poll::Ready(Err(e)) => {
                 // The connection's next write reports it; wake it to make one.
@@ -279,6 +394,9 @@ mod tests {
         writes: Vec<Vec<u8>>,
         room: Option<usize>,
         waiting: Option<std::task::Waker>,
+        /// Takes vectored writes whole, and records where each slice was.
+        vectored: bool,
+        slices: Vec<Vec<(usize, usize)>>,
     }
 
     struct Socket(Arc<Mutex<Recorder>>);
@@ -300,6 +418,21 @@ mod tests {
             r.writes.push(buf[..n].to_vec());
             Poll::Ready(Ok(n))
         }
+        fn poll_write_vectored(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            bufs: &[IoSlice<'_>],
+        ) -> Poll<io::Result<usize>> {
+            let mut r = self.0.lock().unwrap();
+            if !r.vectored {
+                drop(r);
+                let first = bufs.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| &b[..]);
+                return self.poll_write(cx, first);
+            }
+            r.slices.push(bufs.iter().map(|b| (b.as_ptr() as usize, b.len())).collect());
+            r.writes.push(bufs.iter().flat_map(|b| b.iter().copied()).collect());
+            Poll::Ready(Ok(bufs.iter().map(|b| b.len()).sum()))
+        }
         fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
             Poll::Ready(Ok(()))
         }
@@ -316,7 +449,7 @@ mod tests {
     #[tokio::test]
     async fn small_writes_and_flushes_of_one_poll_are_one_write() {
         let (seen, io) = recorder(None);
-        let (mut stream, gathering) = split(io);
+        let (mut stream, gathering) = split(io, None);
         gathering
             .around(async {
                 for i in 0..100u8 {
@@ -335,7 +468,7 @@ mod tests {
     #[tokio::test]
     async fn a_large_write_follows_what_was_gathered_uncopied() {
         let (seen, io) = recorder(None);
-        let (mut stream, gathering) = split(io);
+        let (mut stream, gathering) = split(io, None);
         gathering
             .around(async {
                 stream.write_all(b"head").await.unwrap();
@@ -353,7 +486,7 @@ mod tests {
     #[tokio::test]
     async fn over_rustls_frames_are_gathered_into_full_records() {
         let (seen, io) = recorder(None);
-        let (mut stream, gathering) = split_for_records(io);
+        let (mut stream, gathering) = split_for_records(io, None);
         let frames = 10;
         gathering
             .around(async {
@@ -392,7 +525,7 @@ mod tests {
         // socket (like `SendfileStream`) takes one slice per call. The body
         // must not come back as a small write and be copied.
         let (seen, io) = recorder(None);
-        let (mut stream, _gathering) = split(io);
+        let (mut stream, _gathering) = split(io, None);
         let (head, body) = ([1u8; 9], [2u8; PASS_THROUGH]);
         let slices = [IoSlice::new(&head), IoSlice::new(&body)];
         let n = std::future::poll_fn(|cx| Pin::new(&mut stream).poll_write_vectored(cx, &slices)).await.unwrap();
@@ -403,7 +536,7 @@ mod tests {
     #[tokio::test]
     async fn a_blocked_socket_gets_the_rest_when_it_has_room_again() {
         let (seen, io) = recorder(Some(10));
-        let (mut stream, gathering) = split(io);
+        let (mut stream, gathering) = split(io, None);
         let task = tokio::spawn(gathering.around(async move {
             stream.write_all(&[1; 100]).await.unwrap();
             stream.flush().await.unwrap();
@@ -457,7 +590,7 @@ mod tests {
     async fn the_end_of_a_poll_flushes_the_stream_underneath() {
         for records in [false, true] {
             let holding = Arc::new(Mutex::new(Holding::default()));
-            let (mut stream, gathering) = split_with(HoldingSocket(holding.clone()), records);
+            let (mut stream, gathering) = split_with(HoldingSocket(holding.clone()), records, None);
             let task = tokio::spawn(gathering.around(async move {
                 stream.write_all(b"small").await.unwrap();
                 stream.write_all(&[3; 100 * 1024]).await.unwrap();
@@ -472,10 +605,103 @@ mod tests {
         }
     }
 
+    /// Writes `body` as h2 does: DATA frames of at most 16 KiB, each a
+    /// 9-byte header and a slice of the body in one vectored write.
+    async fn write_frames(stream: &mut Gathered<Socket>, body: &[u8], id: u8) {
+        for chunk in body.chunks(16 * 1024) {
+            let head = [id; 9];
+            let (mut head_left, mut chunk_left) = (&head[..], chunk);
+            while !head_left.is_empty() || !chunk_left.is_empty() {
+                let io = [IoSlice::new(head_left), IoSlice::new(chunk_left)];
+                let mut n =
+                    std::future::poll_fn(|cx| Pin::new(&mut *stream).poll_write_vectored(cx, &io)).await.unwrap();
+                let take = n.min(head_left.len());
+                head_left = &head_left[take..];
+                n -= take;
+                chunk_left = &chunk_left[n..];
+            }
+        }
+    }
+
+    /// The frames of lent bodies written in one poll go out in one write,
+    /// each payload the body's own memory (not a copy) between the copied
+    /// frame headers.
+    #[tokio::test]
+    async fn frames_of_lent_bodies_are_gathered_uncopied() {
+        let (seen, io) = recorder(None);
+        seen.lock().unwrap().vectored = true;
+        let lender = Lender::default();
+        let bodies: Vec<Bytes> = (0..2u8).map(|i| Bytes::from(vec![0xB0 | i; 100 * 1024])).collect();
+        for b in &bodies {
+            lender.lend(b);
+        }
+        let (mut stream, gathering) = split(io, Some(lender.clone()));
+        gathering
+            .around(async {
+                for (i, b) in bodies.iter().enumerate() {
+                    write_frames(&mut stream, b, i as u8).await;
+                }
+            })
+            .await;
+        let r = seen.lock().unwrap();
+        assert_eq!(
+            r.writes.len(),
+            1,
+            "one write, not one per frame: {:?}",
+            r.writes.iter().map(Vec::len).collect::<Vec<_>>()
+        );
+        let expected: Vec<u8> = bodies
+            .iter()
+            .enumerate()
+            .flat_map(|(i, b)| b.chunks(16 * 1024).flat_map(move |c| [vec![i as u8; 9], c.to_vec()].concat()))
+            .collect();
+        assert!(r.writes[0] == expected, "bytes differ");
+        let inside = |at: usize, len: usize| {
+            bodies.iter().any(|b| b.as_ptr() as usize <= at && at + len <= b.as_ptr() as usize + b.len())
+        };
+        let uncopied: usize = r.slices[0].iter().filter(|&&(at, len)| inside(at, len)).map(|&(_, len)| len).sum();
+        assert_eq!(uncopied, 2 * 100 * 1024, "every payload byte sent from its body");
+        assert_eq!(lender.len(), 0, "bodies sent to their end are forgotten");
+    }
+
+    /// Bodies not lent keep the old path: a full frame goes through on its
+    /// own, uncopied, as it did before lending existed.
+    #[tokio::test]
+    async fn frames_of_bodies_not_lent_pass_through() {
+        let (seen, io) = recorder(None);
+        seen.lock().unwrap().vectored = true;
+        let (mut stream, gathering) = split(io, Some(Lender::default()));
+        let body = vec![3u8; 32 * 1024];
+        gathering.around(write_frames(&mut stream, &body, 1)).await;
+        assert_eq!(seen.lock().unwrap().writes.len(), 2, "a write per full frame");
+    }
+
+    /// More than a gathered write's worth of lent frames goes out in
+    /// writes of at most `MOST_GATHERED`.
+    #[tokio::test]
+    async fn lent_frames_are_written_in_bounded_batches() {
+        let (seen, io) = recorder(None);
+        seen.lock().unwrap().vectored = true;
+        let lender = Lender::default();
+        let body = Bytes::from((0..1 << 20).map(|i: u32| (i % 253) as u8).collect::<Vec<u8>>());
+        lender.lend(&body);
+        let (mut stream, gathering) = split(io, Some(lender));
+        gathering.around(write_frames(&mut stream, &body, 9)).await;
+        let r = seen.lock().unwrap();
+        assert!(
+            r.writes.iter().all(|w| w.len() <= MOST_GATHERED),
+            "{:?}",
+            r.writes.iter().map(Vec::len).collect::<Vec<_>>()
+        );
+        assert!(r.writes.len() >= (1 << 20) / MOST_GATHERED);
+        let payload: Vec<u8> = r.writes.concat().chunks(9 + 16 * 1024).flat_map(|f| f[9..].to_vec()).collect();
+        assert!(payload == body, "bytes differ");
+    }
+
     #[tokio::test]
     async fn shutdown_writes_what_was_gathered_first() {
         let (seen, io) = recorder(None);
-        let (mut stream, _gathering) = split(io);
+        let (mut stream, _gathering) = split(io, None);
         // No poll end to write it: the shutdown must.
         stream.write_all(b"last words").await.unwrap();
         assert!(seen.lock().unwrap().writes.is_empty());

@@ -5,6 +5,7 @@ use crate::{
     body::{NativeBody, Part, PlainBody},
     driver::DriverHandle,
     files::Resolved,
+    lent::Lender,
     private::Access,
     state::AppState,
 };
@@ -210,7 +211,7 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>, private: bool) -> Res
             // HEAD must not read the whole file), except that keeping a
             // file for the lane (up to 1 MiB) builds its index; their
             // responses carry Repr-Digest once one was built.
-            let res = plain(state, req.uri().path(), &file, h, head).await;
+            let res = plain(state, req.uri().path(), &file, h, head, req.extensions().get()).await;
             // What only some may read is never kept for the hit lane.
             if !head && !private && res.status() == StatusCode::OK && state.small.wants(&file) {
                 let read = state.metrics.storage_read_bytes.clone();
@@ -248,9 +249,18 @@ fn kept_whole<B>(kept: &crate::small::Kept, req: &Request<B>, head: bool) -> Opt
         return None;
     }
     let (fields, body) = kept.whole();
-    let mut res = Response::new(full(if head { Bytes::new() } else { body }));
+    let mut res = Response::new(if head { full(Bytes::new()) } else { lent(req.extensions().get(), body) });
     *res.headers_mut() = fields;
     Some(res)
+}
+
+/// A body of shared bytes, lent to the connection's writer where it
+/// gathers frames by reference (HTTP/2 in the clear; see `lent`).
+fn lent(lender: Option<&Lender>, body: Bytes) -> ResBody {
+    if let Some(lender) = lender {
+        lender.lend(&body);
+    }
+    full(body)
 }
 
 /// What the request path names: as resolved less than a second ago when
@@ -315,7 +325,7 @@ async fn native(
             // verified before the whole file is hashed. It gets the plain
             // stream now (circus get takes it as a plain download), and
             // says how far the build is.
-            let mut res = plain(state, path, file, h, head).await;
+            let mut res = plain(state, path, file, h, head, None).await;
             let hashed = file.build_progress().unwrap_or(0);
             let note = format!("building; hashed={hashed}; size={}", file.size);
             res.headers_mut().insert(INDEX_HEADER, HeaderValue::from_str(&note).expect("ASCII"));
@@ -369,6 +379,7 @@ async fn plain(
     file: &Arc<FileEntry>,
     h: &HeaderMap,
     head: bool,
+    lender: Option<&Lender>,
 ) -> Response<ResBody> {
     let size = file.size;
     let v = Validators { etag: &file.etag, last_modified: file.modified };
@@ -424,7 +435,7 @@ async fn plain(
     };
     let body = match kept {
         _ if head || parts.is_empty() => full(Bytes::new()),
-        Some(bytes) => full(bytes),
+        Some(bytes) => lent(lender, bytes),
         None => PlainBody::new(&state.driver, file.clone(), parts).primed().await.boxed(),
     };
     let mut res = Response::new(body);

@@ -63,6 +63,7 @@ mod http;
 mod inline_first;
 pub mod ktls_probe;
 mod ktls_stream;
+mod lent;
 pub mod listen;
 mod listing;
 mod mailbox;
@@ -474,7 +475,16 @@ impl Connection {
         let encrypted = tls.is_some();
         let lane_log = log.clone();
         let counted = activity.clone();
-        let service = service_fn(move |req| {
+        // Over HTTP/2 in the clear, the bodies of kept files are lent to
+        // the writer, which gathers their frames by reference (`lent`).
+        let lender = (!encrypted).then(lent::Lender::default);
+        let lending = lender.clone();
+        let service = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+            if req.version() == ::http::Version::HTTP_2
+                && let Some(lender) = &lending
+            {
+                req.extensions_mut().insert(lender.clone());
+            }
             let state = state.clone();
             let in_flight = counted.response();
             let connection = counted.clone();
@@ -509,7 +519,7 @@ impl Connection {
             };
             ($io:expr, $h2:expr, $split:path) => {
                 if $h2 {
-                    let (io, gathering) = $split($io);
+                    let (io, gathering) = $split($io, lender);
                     gathering
                         .around(watcher.watch(builder.serve_connection(TokioIo::new(io), service).into_owned()))
                         .await
