@@ -29,6 +29,8 @@ struct Cli {
     command: Command,
 }
 
+// The variants' docs are `--help` text: `[[private]]` is a TOML table.
+#[allow(rustdoc::broken_intra_doc_links)]
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve the files of a directory over HTTP/1.1 and HTTP/2.

@@ -202,7 +202,7 @@ pub fn best_spread_in(from: u32, to: u32, word: impl Fn(usize) -> u64) -> Option
     best
 }
 
-/// Like [`best_spread_in`] over a circular range, as [`first_in_circular`].
+/// Like `best_spread_in` over a circular range, as [`first_in_circular`].
 pub fn best_spread_in_circular(n: u32, start: u32, count: u32, word: impl Fn(usize) -> u64) -> Option<BlockIdx> {
     circular_segments(n, start, count)
         .filter_map(|(from, to)| best_spread_in(from, to, &word))

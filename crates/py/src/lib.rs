@@ -5,7 +5,7 @@
 //! blocks verified as they arrive, plain HTTP from other servers, resume
 //! from `PATH.circus-part`, the whole file checked before it is renamed into
 //! place. It releases the GIL while the download runs on a runtime of its
-//! own, and wakes every [`run::POLL`] on the calling thread to report
+//! own, and wakes every `run::POLL` on the calling thread to report
 //! progress and to take Ctrl-C: a `KeyboardInterrupt`, or an exception from
 //! the progress callback, cancels the download, saves what arrived and is
 //! raised to the caller. Errors are the exceptions of

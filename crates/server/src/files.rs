@@ -172,7 +172,7 @@ impl FileTable {
     }
 
     /// The file `url_path` resolved to less than a second ago, if still
-    /// the version on disk; blocks for one `stat` (see [`RecentFiles`]).
+    /// the version on disk; blocks for one `stat` (see `RecentFiles`).
     pub fn recent(&self, url_path: &str) -> Option<Arc<FileEntry>> {
         self.recent.get(url_path)
     }

@@ -15,6 +15,9 @@ use std::{path::PathBuf, sync::Arc, time::Duration};
 
 /// Settings as the command line and the TOML file give them: every one
 /// optional, unknown keys rejected.
+// The fields' docs are `--help` text, written for a terminal: brackets and
+// URLs there are not rustdoc links.
+#[allow(rustdoc::broken_intra_doc_links, rustdoc::bare_urls)]
 #[derive(Debug, Clone, Default, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
