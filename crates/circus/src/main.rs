@@ -14,7 +14,9 @@ use clap::{CommandFactory, Parser, Subcommand};
 /// mimalloc rather than glibc's malloc: memory freed on another thread than
 /// the one that allocated it (a connection accepted on one worker, its
 /// requests answered on another) goes back without taking a lock the two
-/// workers contend for.
+/// workers contend for. Its arenas are committed on demand, so that memory
+/// freed goes back to the system (`MI_DEFAULT_ARENA_EAGER_COMMIT=0`, set in
+/// `.cargo/config.toml`).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
