@@ -170,11 +170,32 @@ impl<S: AsyncWrite + Unpin> Shared<S> {
         }
     }
 
-    fn copy(&mut self, bytes: &[u8]) {
-        if self.copying.capacity() == 0 {
-            // Once, rather than growing by doublings through a batch.
-            self.copying.reserve(CAPACITY);
+    /// Room left in the copy buffer's allocation.
+    fn room(&self) -> usize {
+        self.copying.capacity() - self.copying.len()
+    }
+
+    /// Writes what is gathered first when `wanted` more bytes to copy would
+    /// not fit in the copy buffer (or, with `pending`, past `limit`), so
+    /// that the buffer is never reallocated larger: a buffer half written
+    /// at a poll's end and topped up after would otherwise grow. Once all is
+    /// written, the buffer is reused from its start.
+    fn poll_room(&mut self, cx: &mut Context<'_>, wanted: usize, limit: usize) -> Poll<io::Result<()>> {
+        if self.pending > 0 && (self.room() < wanted || self.pending + wanted > limit) {
+            ready!(self.poll_drain(cx))?;
         }
+        if let Some(kind) = self.failed {
+            return Poll::Ready(Err(kind.into()));
+        }
+        if self.pending == 0 && self.copying.capacity() < CAPACITY.max(wanted) {
+            // Nothing else holds the buffer now: this takes its room back
+            // (or makes it, once, rather than growing by doublings).
+            self.copying.reserve(CAPACITY.max(wanted));
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn copy(&mut self, bytes: &[u8]) {
         self.copying.extend_from_slice(bytes);
         self.pending += bytes.len();
     }
@@ -224,15 +245,11 @@ impl<S: AsyncWrite + Unpin> Shared<S> {
     /// Over rustls: takes what fits in the buffer up to `CAPACITY`, having
     /// written a full buffer first.
     fn poll_gather_records(&mut self, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<io::Result<usize>> {
-        if self.pending >= CAPACITY {
-            ready!(self.poll_drain(cx))?;
-        }
-        if let Some(kind) = self.failed {
-            return Poll::Ready(Err(kind.into()));
-        }
+        // A buffer with no room left is full, written in part or not.
+        ready!(self.poll_room(cx, 1, CAPACITY))?;
         let mut taken = 0;
         for b in bufs {
-            let n = b.len().min(CAPACITY - self.pending);
+            let n = b.len().min(self.room()).min(CAPACITY - self.pending);
             self.copy(&b[..n]);
             taken += n;
         }
@@ -248,9 +265,10 @@ impl<S: AsyncWrite + Unpin> Shared<S> {
     /// copied, all of it taken. `None` when none of it was lent.
     fn poll_gather_lent(&mut self, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<Option<io::Result<usize>>> {
         let total: usize = bufs.iter().map(|b| b.len()).sum();
-        if (self.pending + total > MOST_GATHERED || self.failed.is_some())
-            && let Err(e) = ready!(self.poll_drain(cx))
-        {
+        // What may be copied: the slices too short to look up, and any
+        // longer one not found (then written before the lookup's effects,
+        // which cannot be undone by a `Pending`).
+        if let Err(e) = ready!(self.poll_room(cx, total, MOST_GATHERED)) {
             return Poll::Ready(Some(Err(e)));
         }
         let lender = self.lender.clone().expect("may_be_lent");
@@ -282,12 +300,7 @@ impl<S: AsyncWrite + Unpin> Shared<S> {
             ready!(self.poll_drain(cx))?;
             return self.poll_pass_through(cx, bufs);
         }
-        if self.copying.len() + total > CAPACITY || self.pending + total > MOST_GATHERED {
-            ready!(self.poll_drain(cx))?;
-        }
-        if let Some(kind) = self.failed {
-            return Poll::Ready(Err(kind.into()));
-        }
+        ready!(self.poll_room(cx, total, MOST_GATHERED))?;
         for b in bufs {
             self.copy(b);
         }
@@ -331,7 +344,13 @@ impl<S: AsyncWrite + Unpin, F: Future> Future for Flushed<S, F> {
         match drained {
             // A poll that sent nothing: the connection is idle, and an idle
             // connection keeps no buffer.
-            Poll::Ready(Ok(())) if !gathered => shared.copying = BytesMut::new(),
+            Poll::Ready(Ok(())) if !gathered => {
+                shared.copying = BytesMut::new();
+                shared.pieces = VecDeque::new();
+                if let Some(lender) = &shared.lender {
+                    lender.forget_unheld();
+                }
+            }
             Poll::Ready(Ok(())) | Poll::Pending => {}
             Poll::Ready(Err(e)) => {
                 // The connection's next write reports it; wake it to make one.
@@ -429,9 +448,21 @@ mod tests {
                 let first = bufs.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| &b[..]);
                 return self.poll_write(cx, first);
             }
+            let total: usize = bufs.iter().map(|b| b.len()).sum();
+            let n = match r.room {
+                Some(0) => {
+                    r.waiting = Some(cx.waker().clone());
+                    return Poll::Pending;
+                }
+                Some(room) => room.min(total),
+                None => total,
+            };
+            if let Some(room) = &mut r.room {
+                *room -= n;
+            }
             r.slices.push(bufs.iter().map(|b| (b.as_ptr() as usize, b.len())).collect());
-            r.writes.push(bufs.iter().flat_map(|b| b.iter().copied()).collect());
-            Poll::Ready(Ok(bufs.iter().map(|b| b.len()).sum()))
+            r.writes.push(bufs.iter().flat_map(|b| b.iter().copied()).take(n).collect());
+            Poll::Ready(Ok(n))
         }
         fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
             Poll::Ready(Ok(()))
@@ -605,12 +636,15 @@ mod tests {
         }
     }
 
-    /// Writes `body` as h2 does: DATA frames of at most 16 KiB, each a
-    /// 9-byte header and a slice of the body in one vectored write.
+    /// Writes `body` as h2 (0.4) does: DATA frames of at most 16 KiB, each
+    /// a 9-byte header with the frame's first 247 bytes copied beside it
+    /// (256 in all), then the rest of the frame's slice of the body, in one
+    /// vectored write.
     async fn write_frames(stream: &mut Gathered<Socket>, body: &[u8], id: u8) {
         for chunk in body.chunks(16 * 1024) {
-            let head = [id; 9];
-            let (mut head_left, mut chunk_left) = (&head[..], chunk);
+            let copied = chunk.len().min(247);
+            let head = [&[id; 9][..], &chunk[..copied]].concat();
+            let (mut head_left, mut chunk_left) = (&head[..], &chunk[copied..]);
             while !head_left.is_empty() || !chunk_left.is_empty() {
                 let io = [IoSlice::new(head_left), IoSlice::new(chunk_left)];
                 let mut n =
@@ -650,17 +684,13 @@ mod tests {
             "one write, not one per frame: {:?}",
             r.writes.iter().map(Vec::len).collect::<Vec<_>>()
         );
-        let expected: Vec<u8> = bodies
-            .iter()
-            .enumerate()
-            .flat_map(|(i, b)| b.chunks(16 * 1024).flat_map(move |c| [vec![i as u8; 9], c.to_vec()].concat()))
-            .collect();
+        let expected: Vec<u8> = bodies.iter().enumerate().flat_map(|(i, b)| framed(b, i as u8)).collect();
         assert!(r.writes[0] == expected, "bytes differ");
         let inside = |at: usize, len: usize| {
             bodies.iter().any(|b| b.as_ptr() as usize <= at && at + len <= b.as_ptr() as usize + b.len())
         };
         let uncopied: usize = r.slices[0].iter().filter(|&&(at, len)| inside(at, len)).map(|&(_, len)| len).sum();
-        assert_eq!(uncopied, 2 * 100 * 1024, "every payload byte sent from its body");
+        assert_eq!(uncopied, 2 * (100 * 1024 - 7 * 247), "every payload byte past h2's copy sent from its body");
         assert_eq!(lender.len(), 0, "bodies sent to their end are forgotten");
     }
 
@@ -694,8 +724,90 @@ mod tests {
             r.writes.iter().map(Vec::len).collect::<Vec<_>>()
         );
         assert!(r.writes.len() >= (1 << 20) / MOST_GATHERED);
-        let payload: Vec<u8> = r.writes.concat().chunks(9 + 16 * 1024).flat_map(|f| f[9..].to_vec()).collect();
-        assert!(payload == body, "bytes differ");
+        assert!(r.writes.concat() == framed(&body, 9), "bytes differ");
+    }
+
+    /// The frames `write_frames` writes, as the peer reads them.
+    fn framed(body: &[u8], id: u8) -> Vec<u8> {
+        body.chunks(16 * 1024).flat_map(|c| [vec![id; 9], c.to_vec()].concat()).collect()
+    }
+
+    /// A socket taking a few kilobytes at a time gets every gathered byte,
+    /// copied and lent, once and in order; and bodies whose last frame is
+    /// too short to be looked up are forgotten all the same.
+    #[tokio::test]
+    async fn lent_frames_survive_partial_writes_and_short_last_frames() {
+        let (seen, io) = recorder(Some(3000));
+        seen.lock().unwrap().vectored = true;
+        let lender = Lender::default();
+        let bodies: Vec<Bytes> = (0..3u32)
+            .map(|i| {
+                Bytes::from(
+                    (0..16_384 * 3 + 100 * (i as usize + 1)).map(|j| ((j as u32 % 251) ^ i) as u8).collect::<Vec<u8>>(),
+                )
+            })
+            .collect();
+        for b in &bodies {
+            lender.lend(b);
+        }
+        let (mut stream, gathering) = split(io, Some(lender.clone()));
+        let bodies_written = bodies.clone();
+        let task = tokio::spawn(gathering.around(async move {
+            for (i, b) in bodies_written.iter().enumerate() {
+                write_frames(&mut stream, b, i as u8).await;
+            }
+            // As hyper ends a connection: what is gathered goes out first.
+            stream.shutdown().await.unwrap();
+        }));
+        // The socket takes 3,000 bytes per wake-up until all is out.
+        let expected: Vec<u8> = bodies.iter().enumerate().flat_map(|(i, b)| framed(b, i as u8)).collect();
+        for _ in 0..1000 {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            let waker = {
+                let mut r = seen.lock().unwrap();
+                r.room = Some(3000);
+                r.waiting.take()
+            };
+            if let Some(w) = waker {
+                w.wake();
+            }
+            if task.is_finished() && seen.lock().unwrap().writes.concat().len() == expected.len() {
+                break;
+            }
+        }
+        task.await.unwrap();
+        let got = seen.lock().unwrap().writes.concat();
+        assert!(got == expected, "bytes differ ({} written, {} expected)", got.len(), expected.len());
+        assert_eq!(lender.len(), 0, "every body forgotten, short last frames too");
+    }
+
+    /// A buffer written in part at a poll's end is not topped up past its
+    /// allocation: more writes wait for the rest to go out.
+    #[tokio::test]
+    async fn a_buffer_written_in_part_does_not_grow() {
+        for records in [false, true] {
+            let (seen, io) = recorder(Some(10_000));
+            let (mut stream, gathering) = split_with(io, records, None);
+            let mut gathered = gathering.around(async {
+                for _ in 0..64 {
+                    stream.write_all(&[1; 1000]).await.unwrap();
+                }
+            });
+            let mut cx = Context::from_waker(std::task::Waker::noop());
+            assert!(Pin::new(&mut gathered).poll(&mut cx).is_ready());
+            drop(gathered);
+            assert_eq!(seen.lock().unwrap().writes.concat().len(), 10_000);
+            // The next poll's small writes: taken only while they fit.
+            for _ in 0..64 {
+                let _ = Pin::new(&mut stream).poll_write(&mut cx, &[2; 1000]);
+            }
+            let shared = lock(&stream.0);
+            // The allocation: what is written (left behind by `advance`),
+            // what is pending in it, and the room after.
+            let allocation = 10_000 + shared.copying.capacity();
+            assert!(allocation <= CAPACITY, "records {records}: the buffer grew to {allocation}");
+            assert_eq!(shared.pending, shared.copying.len());
+        }
     }
 
     #[tokio::test]

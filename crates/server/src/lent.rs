@@ -11,11 +11,15 @@
 //! of a copy. A slice found inside a lent body is those very bytes, so the
 //! lookup cannot send anything else.
 //!
-//! A body is forgotten once the slice that ends it is found. Bodies of
-//! streams reset before their end are forgotten when newer ones push them
-//! out: at most [`MOST_LENT`] bodies and [`MOST_LENT_BYTES`] are
-//! remembered, which bounds what a connection keeps alive beyond what h2
-//! itself holds. A body pushed out is still sent, only not gathered.
+//! A body is forgotten once a slice reaching near its end is found (h2
+//! copies the first bytes of a frame beside its header, and the writer
+//! copies short slices without looking them up, so the last frame's slice
+//! may never be looked up), and whenever no one but this registry holds it
+//! any more: the store evicted it and h2 sent or dropped it (a stream reset
+//! midway). So a connection never keeps a body alive by itself for longer
+//! than until its next lend or idle moment, and at most [`MOST_LENT`]
+//! bodies and [`MOST_LENT_BYTES`] are remembered at once. A body pushed out
+//! or forgotten early is still sent, only not gathered.
 
 use bytes::Bytes;
 use std::{
@@ -26,7 +30,12 @@ use std::{
 /// Bodies remembered at once per connection: above the streams a
 /// connection may have open by default (`--max-streams`, 100), so that a
 /// connection answering all of them at once finds each.
-pub(crate) const MOST_LENT: usize = 256;
+pub(crate) const MOST_LENT: usize = 128;
+
+/// A body is forgotten once a found slice ends this close to its end: past
+/// it, what is left is one frame whose slice may be too short to be looked
+/// up (see the module's text).
+const FORGET_WITHIN: usize = 1024;
 
 /// Bytes of lent bodies remembered at once per connection.
 pub(crate) const MOST_LENT_BYTES: usize = 16 << 20;
@@ -53,6 +62,18 @@ impl Lent {
             self.bytes -= body.len();
         }
     }
+
+    /// Forgets the bodies only this registry still holds.
+    fn forget_unheld(&mut self) {
+        let before = self.bodies.len();
+        self.bodies.retain(|b| !b.is_unique());
+        if self.bodies.len() != before {
+            self.bytes = self.bodies.iter().map(Bytes::len).sum();
+        }
+        if self.bodies.is_empty() {
+            self.bodies = VecDeque::new();
+        }
+    }
 }
 
 impl Lender {
@@ -68,6 +89,7 @@ impl Lender {
             return;
         }
         let mut lent = self.lent();
+        lent.forget_unheld();
         while lent.bodies.len() == MOST_LENT || lent.bytes + body.len() > MOST_LENT_BYTES {
             lent.forget(0);
         }
@@ -89,10 +111,16 @@ impl Lender {
         })?;
         let body = &lent.bodies[i];
         let found = body.slice_ref(slice);
-        if end == body.as_ptr() as usize + body.len() {
+        if end + FORGET_WITHIN >= body.as_ptr() as usize + body.len() {
             lent.forget(i);
         }
         Some(found)
+    }
+
+    /// Forgets the bodies no one else holds any more (see the module's
+    /// text): at a connection's idle moments.
+    pub(crate) fn forget_unheld(&self) {
+        self.lent().forget_unheld();
     }
 
     /// Bodies remembered now.
@@ -124,6 +152,37 @@ mod tests {
         assert_eq!(lender.len(), 0);
     }
 
+    /// A last frame of under 1 KiB may never be looked up: the slice before
+    /// it ends the body's time in the registry.
+    #[test]
+    fn a_body_is_forgotten_once_a_slice_reaches_near_its_end() {
+        let lender = Lender::default();
+        let body = Bytes::from(vec![5u8; (32 << 10) + 300]);
+        lender.lend(&body);
+        assert!(lender.find(&body[247..16 << 10]).is_some());
+        assert_eq!(lender.len(), 1);
+        assert!(lender.find(&body[(16 << 10) + 247..32 << 10]).is_some());
+        assert_eq!(lender.len(), 0, "300 bytes left: forgotten");
+    }
+
+    /// A body the store no longer keeps and h2 no longer holds (a stream
+    /// reset midway) is not kept alive by the registry.
+    #[test]
+    fn bodies_no_one_else_holds_are_forgotten() {
+        let lender = Lender::default();
+        let held = Bytes::from(vec![1u8; 64 << 10]);
+        lender.lend(&held);
+        lender.lend(&Bytes::from(vec![2u8; 64 << 10]));
+        assert_eq!(lender.len(), 2);
+        lender.forget_unheld();
+        assert_eq!(lender.len(), 1, "only the body held elsewhere stays");
+        drop(held);
+        let newer = Bytes::from(vec![3u8; 64 << 10]);
+        lender.lend(&newer);
+        assert_eq!(lender.len(), 1, "a lend first forgets the bodies no one else holds");
+        assert!(lender.find(&newer[..1000]).is_some());
+    }
+
     #[test]
     fn small_bodies_are_not_lent() {
         let lender = Lender::default();
@@ -145,6 +204,7 @@ mod tests {
     fn bodies_never_finished_are_pushed_out_by_newer_ones() {
         let lender = Lender::default();
         let bodies: Vec<Bytes> = (0..MOST_LENT + 10).map(|_| Bytes::from(vec![0u8; LENT_FROM])).collect();
+        // (Held by `bodies` too, so no lend forgets them as unheld.)
         for b in &bodies {
             lender.lend(b);
         }
