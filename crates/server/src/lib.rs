@@ -32,7 +32,10 @@
 //! `send_mark` (how much unsent data each connection keeps in the kernel:
 //! little, so the scheduler sees readers' real positions, but for files
 //! larger than the cache 100 ms of the connection's rate, so a link never
-//! idles while the server is late).
+//! idles while the server is late), `gather` (an HTTP/2 connection's
+//! writes of one poll gathered into one system call) and `lent` (the bodies
+//! of kept files lent to that writer, so their frames are gathered by
+//! reference rather than copied).
 //! With `--origin`, requests go to [`circus_origin`]'s tier;
 //! its native clients join the same scheduler once an object's tree is
 //! known.
