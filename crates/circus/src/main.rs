@@ -1,6 +1,7 @@
 //! The `circus` binary: clap glue over the library crates, one module per
 //! subcommand.
 
+mod allocator;
 mod bench;
 mod get;
 mod index;
@@ -10,15 +11,6 @@ mod sim;
 mod sim_cluster;
 
 use clap::{CommandFactory, Parser, Subcommand};
-
-/// mimalloc rather than glibc's malloc: memory freed on another thread than
-/// the one that allocated it (a connection accepted on one worker, its
-/// requests answered on another) goes back without taking a lock the two
-/// workers contend for. Its arenas are committed on demand, so that memory
-/// freed goes back to the system (`MI_DEFAULT_ARENA_EAGER_COMMIT=0`, set in
-/// `.cargo/config.toml`).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -56,6 +48,7 @@ enum Command {
 }
 
 fn main() {
+    allocator::give_back_freed_memory_at_once();
     // Usage errors exit 1, as every subcommand documents; clap's default of
     // 2 would collide with `circus get`'s "network failure". Help and
     // version still exit 0.
