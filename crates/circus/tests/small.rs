@@ -196,3 +196,45 @@ fn files_up_to_a_mebibyte_are_kept_whole_and_answered_by_the_lane_in_pipelined_b
     let got = pipelined(addr, &[("GET /over.bin HTTP/1.1\r\nhost: t\r\n\r\n", false)]);
     assert!(got[0].2 == over);
 }
+
+#[test]
+fn a_mix_of_files_well_under_the_store_is_read_once_whatever_the_start() {
+    // The signature bench's mix in its store (a sixteenth of the cache it
+    // gives): 64 files of 1-16 KiB and 16 of 256 KiB, 4.8 MB of 6.75. The
+    // store hashes paths with a seed drawn at each start; with shards of
+    // six such files, more than half the starts lost some to a full shard
+    // and read them again at every request.
+    let dir = tempfile::tempdir().unwrap();
+    let mut files: Vec<(String, usize)> = (0..64).map(|i| (format!("small-{i:02}.bin"), (1 + i % 16) << 10)).collect();
+    files.extend((0..16).map(|i| (format!("medium-{i:02}.bin"), 256 << 10)));
+    for (i, (name, size)) in files.iter().enumerate() {
+        let bytes: Vec<u8> = (0..*size).map(|j| ((i * 131 + j * 7) % 251) as u8).collect();
+        std::fs::write(dir.path().join(name), bytes).unwrap();
+    }
+    let total: usize = files.iter().map(|f| f.1).sum();
+    let gets: Vec<String> = files.iter().map(|(name, _)| format!("GET /{name} HTTP/1.1\r\nhost: t\r\n\r\n")).collect();
+    let every = |addr: &str| {
+        for chunk in gets.chunks(8) {
+            let burst: Vec<(&str, bool)> = chunk.iter().map(|g| (g.as_str(), false)).collect();
+            assert!(pipelined(addr, &burst).iter().all(|r| r.0 == 200));
+        }
+    };
+    for start in 0..3 {
+        let server = common::serve(&[dir.path().to_str().unwrap(), "--cache", "107968368"]);
+        let addr = server.addr.as_str();
+        // Each file is admitted after the full path answered it, a few at
+        // a time: ask again until every one is kept.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while metric(&server.admin, "circus_small_files_resident_bytes") < total as f64 {
+            assert!(Instant::now() < deadline, "start {start}: the mix was never all kept");
+            every(addr);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let reads = metric(&server.admin, "circus_storage_read_bytes_total");
+        for _ in 0..3 {
+            every(addr);
+        }
+        let again = metric(&server.admin, "circus_storage_read_bytes_total") - reads;
+        assert_eq!(again, 0.0, "start {start}: {again} bytes read again for a mix the store holds");
+    }
+}
