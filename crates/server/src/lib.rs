@@ -67,6 +67,7 @@ mod inline_first;
 pub mod ktls_probe;
 mod ktls_stream;
 mod lent;
+mod linger;
 pub mod listen;
 mod listing;
 mod mailbox;
@@ -395,6 +396,9 @@ impl Server {
                 // The watchdog closes the connection by dropping it
                 // (whether it is in the hit lane or with hyper).
                 let watchdog = activity::watch(conn.activity.clone(), send_timeout);
+                // Bytes the client sent after its last request must not
+                // turn the close into a reset that cuts the last answer.
+                let closing = linger::Closing::hold(&stream);
                 // Boxed: the task stays small (see `Connection::serve`). A
                 // panic in a connection's code (its own or a library's, on
                 // what a client sent) ends that connection only, and is
@@ -403,9 +407,15 @@ impl Server {
                     conn.serve(stream, watcher),
                 )));
                 tokio::select! {
-                    ended = served => if ended.is_err() {
-                        tracing::warn!(%peer, "a connection's task panicked; the connection was closed");
+                    ended = served => match ended {
+                        Err(_) => tracing::warn!(%peer, "a connection's task panicked; the connection was closed"),
+                        // Boxed as serving is, to keep the task small.
+                        Ok(()) => if let Some(closing) = closing {
+                            Box::pin(closing.close()).await;
+                        },
                     },
+                    // A connection the watchdog ends is dropped at once:
+                    // a client it cut gets no more time.
                     verdict = watchdog => {
                         if verdict == activity::Verdict::Cut {
                             metrics.connections_cut.inc();
