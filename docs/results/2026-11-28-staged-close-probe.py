@@ -1,3 +1,10 @@
+"""By-hand probe of how a server ends a connection with bytes unread.
+
+circus on 127.0.0.1:8201 and nginx on 127.0.0.1:8301 serve a directory
+holding small-01.bin (2 KiB), medium-01.bin (256 KiB) and large.bin
+(16 MiB). Each trial sends an HTTP/1.0 GET, alone or followed in the same
+write by 300 pipelined requests, waits 0.3 s, then reads to the end.
+"""
 import socket, time, sys
 def trial(port, first, extra=b"", sleep=0.3):
     s = socket.create_connection(("127.0.0.1", port))
