@@ -391,6 +391,7 @@ impl Server {
                 kernel,
                 log,
             };
+            let room = slots.clone();
             let task = async move {
                 metrics.connections.inc();
                 // The watchdog closes the connection by dropping it
@@ -410,7 +411,10 @@ impl Server {
                     ended = served => match ended {
                         Err(_) => tracing::warn!(%peer, "a connection's task panicked; the connection was closed"),
                         // Boxed as serving is, to keep the task small.
-                        Ok(()) => if let Some(closing) = closing {
+                        // Near the connection cap the slot goes to a new
+                        // client instead: a lingering connection holds it
+                        // and can no longer be evicted.
+                        Ok(()) => if let Some(closing) = closing.filter(|_| room.available_permits() > headroom) {
                             Box::pin(closing.close()).await;
                         },
                     },

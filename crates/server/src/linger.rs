@@ -12,15 +12,31 @@
 //! before; otherwise it stops sending (the FIN follows the last response),
 //! reads and discards what the client still sends until it closes, for
 //! [`LINGER_FOR`] and [`LINGER_BYTES`] at most, then closes.
+//!
+//! Where the kernel decrypts TLS records, a pending record that is not
+//! data (an alert) reads as an error: such a connection closes at once,
+//! as before. Bytes that arrive after the look are not waited for.
 
-use std::{mem::MaybeUninit, net::Shutdown, os::fd::AsFd, os::fd::OwnedFd, time::Duration};
-use tokio::io::AsyncReadExt;
+use std::{
+    cell::RefCell,
+    io,
+    mem::MaybeUninit,
+    net::Shutdown,
+    os::fd::{AsFd, OwnedFd},
+    time::Duration,
+};
 
 /// Longest a closing connection keeps reading what its client still sends.
 pub(crate) const LINGER_FOR: Duration = Duration::from_secs(2);
 
 /// Most bytes read and discarded while closing.
 pub(crate) const LINGER_BYTES: usize = 4 << 20;
+
+thread_local! {
+    /// What lingering connections read lands here, one read at a time: a
+    /// connection waiting to close holds no buffer of its own.
+    static SCRATCH: RefCell<Vec<u8>> = RefCell::new(vec![0; 16 << 10]);
+}
 
 /// A second handle on a connection's socket, for its last step.
 #[derive(Debug)]
@@ -47,14 +63,18 @@ impl Closing {
         }
         // The descriptor is non-blocking already: the flag belongs to the
         // socket, which the connection's handle set so.
-        let Ok(mut stream) = tokio::net::TcpStream::from_std(std::net::TcpStream::from(self.0)) else { return };
+        let Ok(stream) = tokio::net::TcpStream::from_std(std::net::TcpStream::from(self.0)) else { return };
         let discard = async {
-            let mut buf = vec![0u8; 16 << 10];
             let mut read = 0;
             while read < LINGER_BYTES {
-                match stream.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
+                if stream.readable().await.is_err() {
+                    break;
+                }
+                match SCRATCH.with_borrow_mut(|buf| stream.try_read(buf)) {
+                    Ok(0) => break,
                     Ok(n) => read += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(_) => break,
                 }
             }
         };
@@ -72,7 +92,7 @@ impl Closing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::io::AsyncWriteExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// A connected pair: the server's end and the client's.
     async fn pair() -> (tokio::net::TcpStream, tokio::net::TcpStream) {
