@@ -50,7 +50,7 @@ impl ServeArgs {
 
 pub fn main(args: ServeArgs) -> anyhow::Result<()> {
     let cfg = args.config()?;
-    raise_open_file_limit();
+    raise_open_file_limit(cfg.max_connections);
     warn_if_cache_exceeds_memory(cfg.sched.cache_bytes);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
@@ -172,17 +172,30 @@ fn warn_if_cache_exceeds_memory(cache: u64) {
     }
 }
 
-/// Each connection and each open file version takes a descriptor; the usual
+/// Each connection takes two descriptors (its socket, and a second handle
+/// for closing it in stages) and each open file version one; the usual
 /// soft limit (1024) would cap the server far below `--max-connections`.
-/// Raise it to the hard limit, as nginx's `worker_rlimit_nofile` would.
-fn raise_open_file_limit() {
-    match rlimit::Resource::NOFILE.get() {
-        Ok((soft, hard)) if soft < hard => {
-            if let Err(e) = rlimit::Resource::NOFILE.set(hard, hard) {
+/// Raise it to the hard limit, as nginx's `worker_rlimit_nofile` would, and
+/// say so when even that is short of `max_connections`.
+fn raise_open_file_limit(max_connections: usize) {
+    let limit = match rlimit::Resource::NOFILE.get() {
+        Ok((soft, hard)) if soft < hard => match rlimit::Resource::NOFILE.set(hard, hard) {
+            Ok(()) => hard,
+            Err(e) => {
                 tracing::warn!(error = %e, soft, "cannot raise the open-file limit");
+                soft
             }
-        }
-        Ok(_) => {}
-        Err(e) => tracing::warn!(error = %e, "cannot read the open-file limit"),
+        },
+        Ok((soft, _)) => soft,
+        Err(e) => return tracing::warn!(error = %e, "cannot read the open-file limit"),
+    };
+    // Room for the open files and listeners beside the connections.
+    let needed = 2 * max_connections as u64 + 1024;
+    if limit < needed {
+        tracing::warn!(
+            limit,
+            needed,
+            "the open-file limit is below what --max-connections takes: raise it (LimitNOFILE= under systemd) or lower --max-connections"
+        );
     }
 }

@@ -96,3 +96,19 @@ fn a_body_the_server_refuses_does_not_cut_its_answer() {
     assert!(text.starts_with("HTTP/1.1 4"), "{text}");
     body(&wire);
 }
+
+#[test]
+fn an_open_file_limit_short_of_the_connections_is_reported_at_start() {
+    // Two descriptors per connection: 10,000 connections (the default cap)
+    // need more than a limit of 4,096 gives; 1,000 do not.
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap();
+    let limited = ["prlimit", "--nofile=4096:4096", "--"];
+    let short = common::serve_via(&limited, "127.0.0.1:0", &[root], &[]);
+    let enough = common::serve_via(&limited, "127.0.0.1:0", &[root, "--max-connections", "1000"], &[]);
+    // Both are listening: whatever they logged at start is in.
+    std::thread::sleep(Duration::from_millis(200));
+    let said = "the open-file limit is below what --max-connections takes";
+    assert!(short.log_text().contains(said), "{}", short.log_text());
+    assert!(!enough.log_text().contains(said), "{}", enough.log_text());
+}

@@ -23,6 +23,14 @@ pub struct ServerProc {
     log: Arc<Mutex<Vec<u8>>>,
 }
 
+impl ServerProc {
+    /// What the server has logged so far (its last [`LOG_TAIL`] bytes).
+    #[allow(dead_code, reason = "each test file compiles this module; only some read the log")]
+    pub fn log_text(&self) -> String {
+        String::from_utf8_lossy(&self.log.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
+    }
+}
+
 impl Drop for ServerProc {
     fn drop(&mut self) {
         let _ = self.child.kill();
