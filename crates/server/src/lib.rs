@@ -33,9 +33,10 @@
 //! little, so the scheduler sees readers' real positions, but for files
 //! larger than the cache 100 ms of the connection's rate, so a link never
 //! idles while the server is late), `gather` (an HTTP/2 connection's
-//! writes of one poll gathered into one system call) and `lent` (the bodies
+//! writes of one poll gathered into one system call), `lent` (the bodies
 //! of kept files lent to that writer, so their frames are gathered by
-//! reference rather than copied).
+//! reference rather than copied) and `linger` (a connection that ends with
+//! bytes unread closes in stages, so the close never cuts its last answer).
 //! With `--origin`, requests go to [`circus_origin`]'s tier;
 //! its native clients join the same scheduler once an object's tree is
 //! known.
