@@ -509,6 +509,14 @@ fn stat_ticks(stat: &str, a: usize, b: usize) -> (f64, f64) {
     (get(a), get(b))
 }
 
+/// CPU seconds (user plus system) of this process so far, every thread:
+/// the bench's own load generators while they run.
+pub fn own_cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let (user, system) = stat_ticks(&stat, 11, 12);
+    (user + system) / USER_HZ
+}
+
 /// CPU seconds (user plus system) of this process's children that have
 /// been waited for: the load generators (wrk, h2load, curl) once each run
 /// ends; servers still running are not in it.
