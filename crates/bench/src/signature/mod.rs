@@ -14,7 +14,11 @@
 //! Offered load follows one ladder for both servers: fractions of the
 //! higher of their capacities at the baseline, found first by doubling the
 //! rate until a step saturates. A curve stops once two steps deliver under
-//! 85% of what was offered.
+//! 85% of what was offered; then each server's knee is narrowed by
+//! bisection between the highest rate it kept up with and the next, so
+//! that a saturation point is not the ladder's step (where the curve falls
+//! early, as at WAN latencies, one step is a fifth of the baseline's
+//! capacity).
 
 mod mix;
 mod openloop;
@@ -92,18 +96,32 @@ const LADDER: [f64; 9] = [0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25];
 /// A step delivering under this share of its offered load is past saturation.
 const KEEPS_UP: f64 = 0.85;
 
+/// Steps that narrow each curve's knee after the ladder, each halving the
+/// interval where it lies.
+const KNEE_STEPS: usize = 2;
+
 /// One server's curve at one value of the sweep.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Curve {
     pub server: String,
     pub value: f64,
+    /// The ladder's steps, in its order.
     pub steps: Vec<Step>,
+    /// The steps that narrowed the knee, in the order they ran.
+    pub knee: Vec<Step>,
 }
 
 impl Curve {
     /// The most responses per second any step delivered.
     pub fn saturation(&self) -> f64 {
-        self.steps.iter().map(|s| s.delivered).fold(0.0, f64::max)
+        self.steps.iter().chain(&self.knee).map(|s| s.delivered).fold(0.0, f64::max)
+    }
+
+    /// Every step, the ladder's and the knee's, by offered rate.
+    pub fn by_offered(&self) -> Vec<&Step> {
+        let mut all: Vec<&Step> = self.steps.iter().chain(&self.knee).collect();
+        all.sort_by(|a, b| a.offered.total_cmp(&b.offered));
+        all
     }
 
     /// Mean response time at the lightest step, ms.
@@ -120,6 +138,24 @@ impl Curve {
     pub fn half_load_class_ms(&self, class: usize) -> f64 {
         self.steps.get(2).and_then(|s| s.class_mean_ms.get(class).copied()).unwrap_or(f64::NAN)
     }
+}
+
+/// Where the knee of `steps` lies: the highest rate offered that the
+/// server kept up with, and the lowest above it that it did not; `None`
+/// when it kept up with every step or with none.
+pub fn knee(steps: &[&Step]) -> Option<(f64, f64)> {
+    let keeps_up = |s: &&&Step| s.delivered >= KEEPS_UP * s.offered;
+    let low = steps
+        .iter()
+        .filter(keeps_up)
+        .map(|s| s.offered)
+        .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))))?;
+    let high = steps
+        .iter()
+        .filter(|s| !keeps_up(s) && s.offered > low)
+        .map(|s| s.offered)
+        .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.min(r))))?;
+    Some((low, high))
 }
 
 /// The least-squares slope of `y` against `x`.
@@ -237,7 +273,21 @@ pub async fn run(sweep: Sweep, opts: &BenchOptions, log: &mut (dyn FnMut(&str) +
                     break;
                 }
             }
-            curves.push(Curve { server: s.name.clone(), value, steps });
+            let mut curve = Curve { server: s.name.clone(), value, steps, knee: Vec::new() };
+            for k in 0..KNEE_STEPS {
+                let Some((low, high)) = knee(&curve.by_offered()) else { break };
+                let rate = ((low + high) / 2.0).round();
+                let st = openloop::step(t, &mix, rate, step_for, opts.seed + (LADDER.len() + k) as u64).await?;
+                log(&format!(
+                    "{} {} = {value}: knee between {low:.0} and {high:.0}/s: offered {rate:.0}/s delivered {:.0}/s mean {:.3} ms",
+                    s.name,
+                    sweep.name(),
+                    st.delivered,
+                    st.mean_ms,
+                ));
+                curve.knee.push(st);
+            }
+            curves.push(curve);
         }
         log(&format!("{} {}/{} done", sweep.name(), v + 1, sweep.values().len()));
     }
@@ -273,7 +323,8 @@ fn report(sweep: Sweep, curves: &[Curve], mix: &Mix, opts: &BenchOptions, cache:
                 .with("saturation_ops_s", c.saturation())
                 .with("light_mean_ms", c.light_mean_ms())
                 .with("light_p95_ms", c.light_p95_ms())
-                .with("steps", c.steps.len() as f64);
+                .with("steps", c.steps.len() as f64)
+                .with("knee_steps", c.knee.len() as f64);
             mix.classes
                 .iter()
                 .enumerate()
@@ -342,7 +393,41 @@ mod tests {
 
     fn curve(value: f64, light_ms: f64, peak: f64) -> Curve {
         let step = |delivered: f64, mean_ms: f64| Step { offered: delivered, delivered, mean_ms, ..Step::default() };
-        Curve { server: "circus".into(), value, steps: vec![step(peak / 10.0, light_ms), step(peak, light_ms * 5.0)] }
+        Curve {
+            server: "circus".into(),
+            value,
+            steps: vec![step(peak / 10.0, light_ms), step(peak, light_ms * 5.0)],
+            knee: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_knee_lies_between_the_highest_rate_kept_up_with_and_the_next_one_missed() {
+        let step = |offered: f64, delivered: f64| Step { offered, delivered, ..Step::default() };
+        // Kept up at 100 and 300, fell behind at 500, kept up again at 400
+        // (a knee step), fell behind at 700.
+        let steps = [step(100.0, 99.0), step(300.0, 290.0), step(500.0, 380.0), step(700.0, 400.0), step(400.0, 395.0)];
+        assert_eq!(knee(&steps.iter().collect::<Vec<_>>()), Some((400.0, 500.0)));
+        // A noisy step below the knee that fell behind does not count.
+        let steps = [step(100.0, 50.0), step(300.0, 290.0), step(500.0, 100.0)];
+        assert_eq!(knee(&steps.iter().collect::<Vec<_>>()), Some((300.0, 500.0)));
+        // Kept up with everything, or with nothing: no knee to narrow.
+        assert_eq!(knee(&[&step(100.0, 100.0), &step(200.0, 200.0)]), None);
+        assert_eq!(knee(&[&step(100.0, 10.0), &step(200.0, 20.0)]), None);
+    }
+
+    #[test]
+    fn the_saturation_counts_the_knee_steps_and_the_curve_is_drawn_by_offered_rate() {
+        let step = |offered: f64, delivered: f64| Step { offered, delivered, ..Step::default() };
+        let curve = Curve {
+            server: "circus".into(),
+            value: 0.0,
+            steps: vec![step(100.0, 100.0), step(300.0, 200.0)],
+            knee: vec![step(200.0, 198.0), step(250.0, 240.0)],
+        };
+        assert_eq!(curve.saturation(), 240.0);
+        let offered: Vec<f64> = curve.by_offered().iter().map(|s| s.offered).collect();
+        assert_eq!(offered, [100.0, 200.0, 250.0, 300.0]);
     }
 
     #[test]

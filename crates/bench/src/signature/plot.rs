@@ -25,7 +25,7 @@ pub(crate) fn write(sweep: Sweep, curves: &[Curve], path: &Path) -> Result<(), B
                 .map(|c| {
                     Series::new(
                         format!("{} = {}", sweep.name(), c.value),
-                        c.steps.iter().map(|s| (s.delivered, s.mean_ms)).collect::<Vec<_>>(),
+                        c.by_offered().iter().map(|s| (s.delivered, s.mean_ms)).collect::<Vec<_>>(),
                     )
                 })
                 .collect(),
@@ -64,6 +64,7 @@ mod tests {
             steps: (1..4)
                 .map(|i| Step { delivered: 100.0 * i as f64, mean_ms: 0.2 * i as f64, ..Step::default() })
                 .collect(),
+            knee: Vec::new(),
         };
         let curves: Vec<Curve> =
             ["circus", "nginx-sendfile"].iter().flat_map(|s| [curve(s, 0.0), curve(s, 1000.0)]).collect();
