@@ -509,6 +509,17 @@ fn stat_ticks(stat: &str, a: usize, b: usize) -> (f64, f64) {
     (get(a), get(b))
 }
 
+/// CPU seconds the whole machine has been busy so far (user, nice,
+/// system, irq and softirq time of every core, from `/proc/stat`): what
+/// a server and its clients on the same cores spent together.
+pub fn machine_busy_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(cpu) = stat.lines().next().and_then(|l| l.strip_prefix("cpu ")) else { return 0.0 };
+    let f: Vec<f64> = cpu.split_whitespace().filter_map(|v| v.parse().ok()).collect();
+    // user nice system idle iowait irq softirq ...
+    [0, 1, 2, 5, 6].iter().filter_map(|&i| f.get(i)).sum::<f64>() / USER_HZ
+}
+
 /// CPU seconds (user plus system) of this process so far, every thread:
 /// the bench's own load generators while they run.
 pub fn own_cpu_seconds() -> f64 {

@@ -136,7 +136,12 @@ impl Curve {
     /// Mean response time of class `class` at the step offering half the
     /// baseline capacity (the ladder's third), ms.
     pub fn half_load_class_ms(&self, class: usize) -> f64 {
-        self.steps.get(2).and_then(|s| s.class_mean_ms.get(class).copied()).unwrap_or(f64::NAN)
+        self.half_load().and_then(|s| s.class_mean_ms.get(class).copied()).unwrap_or(f64::NAN)
+    }
+
+    /// The step offering half the baseline capacity (the ladder's third).
+    pub fn half_load(&self) -> Option<&Step> {
+        self.steps.get(2)
     }
 }
 
@@ -244,7 +249,7 @@ pub async fn run(sweep: Sweep, opts: &BenchOptions, log: &mut (dyn FnMut(&str) +
             let mut steps = Vec::new();
             let mut behind = 0;
             for (i, &rate) in rates.iter().enumerate() {
-                let st = openloop::step(t, &mix, rate, step_for, opts.seed + i as u64).await?;
+                let st = measured(s, openloop::step(t, &mix, rate, step_for, opts.seed + i as u64)).await?;
                 let by_class: Vec<String> = mix
                     .classes
                     .iter()
@@ -277,7 +282,8 @@ pub async fn run(sweep: Sweep, opts: &BenchOptions, log: &mut (dyn FnMut(&str) +
             for k in 0..KNEE_STEPS {
                 let Some((low, high)) = knee(&curve.by_offered()) else { break };
                 let rate = ((low + high) / 2.0).round();
-                let st = openloop::step(t, &mix, rate, step_for, opts.seed + (LADDER.len() + k) as u64).await?;
+                let st =
+                    measured(s, openloop::step(t, &mix, rate, step_for, opts.seed + (LADDER.len() + k) as u64)).await?;
                 log(&format!(
                     "{} {} = {value}: knee between {low:.0} and {high:.0}/s: offered {rate:.0}/s delivered {:.0}/s mean {:.3} ms",
                     s.name,
@@ -295,6 +301,18 @@ pub async fn run(sweep: Sweep, opts: &BenchOptions, log: &mut (dyn FnMut(&str) +
     plot::write(sweep, &curves, &plot_path)?;
     log(&format!("plot: {}", plot_path.display()));
     Ok(report(sweep, &curves, &mix, opts, cache))
+}
+
+/// `step` with the CPU that `server` and the whole machine spent on it.
+async fn measured(
+    server: &ServerProc,
+    step: impl std::future::Future<Output = Result<Step, BenchError>>,
+) -> Result<Step, BenchError> {
+    let (server0, machine0) = (server.cpu_seconds_fine(), crate::procs::machine_busy_seconds());
+    let mut st = step.await?;
+    st.server_cpu_s = server.cpu_seconds_fine() - server0;
+    st.machine_cpu_s = crate::procs::machine_busy_seconds() - machine0;
+    Ok(st)
 }
 
 /// Roughly the highest rate a server keeps up with: the rate doubles from
@@ -324,7 +342,9 @@ fn report(sweep: Sweep, curves: &[Curve], mix: &Mix, opts: &BenchOptions, cache:
                 .with("light_mean_ms", c.light_mean_ms())
                 .with("light_p95_ms", c.light_p95_ms())
                 .with("steps", c.steps.len() as f64)
-                .with("knee_steps", c.knee.len() as f64);
+                .with("knee_steps", c.knee.len() as f64)
+                .with("half_load_server_cpu_us_per_req", c.half_load().map_or(f64::NAN, Step::server_us_per_req))
+                .with("half_load_machine_cpu_us_per_req", c.half_load().map_or(f64::NAN, Step::machine_us_per_req));
             mix.classes
                 .iter()
                 .enumerate()
@@ -344,6 +364,25 @@ fn report(sweep: Sweep, curves: &[Curve], mix: &Mix, opts: &BenchOptions, cache:
     } else {
         format!("circus saturates below nginx at: {}", below.join(", "))
     };
+    // What each server costs per request, apart from the noise of where
+    // a curve falls: at half load, both keep up.
+    let cost = |f: fn(&Step) -> f64| -> Vec<f64> {
+        circus
+            .iter()
+            .zip(&nginx)
+            .filter_map(|(c, n)| Some(f(c.half_load()?) / f(n.half_load()?)))
+            .filter(|r| r.is_finite())
+            .collect()
+    };
+    for (what, ratios) in [("server", cost(Step::server_us_per_req)), ("machine", cost(Step::machine_us_per_req))] {
+        if let (Some(lo), Some(hi)) = (ratios.iter().copied().reduce(f64::min), ratios.iter().copied().reduce(f64::max))
+        {
+            verdict.push_str(&format!(
+                "; {what} CPU per request at half load, circus / nginx: {lo:.2}-{hi:.2} over the {} values",
+                ratios.len()
+            ));
+        }
+    }
     match sweep {
         Sweep::Latency => {
             verdict.push_str(&format!(

@@ -55,6 +55,26 @@ pub struct Step {
     pub failed: u64,
     /// The backlog passed a second of arrivals: offering stopped early.
     pub saturated: bool,
+    /// Responses received.
+    pub answered: u64,
+    /// CPU seconds the server spent over the step (its offering and its
+    /// drain), set by the caller, who knows the server.
+    pub server_cpu_s: f64,
+    /// CPU seconds the whole machine spent over the step: server, load
+    /// generator, the line and the kernel's network work.
+    pub machine_cpu_s: f64,
+}
+
+impl Step {
+    /// Server CPU per response, microseconds.
+    pub fn server_us_per_req(&self) -> f64 {
+        self.server_cpu_s * 1e6 / self.answered.max(1) as f64
+    }
+
+    /// Machine CPU per response, microseconds.
+    pub fn machine_us_per_req(&self) -> f64 {
+        self.machine_cpu_s * 1e6 / self.answered.max(1) as f64
+    }
 }
 
 /// How long answers may take after the step's offering ends.
@@ -171,6 +191,9 @@ pub async fn step(target: &Target, mix: &Mix, rate: f64, duration: Duration, see
         class_unanswered,
         failed,
         saturated,
+        answered: latencies.len() as u64,
+        server_cpu_s: 0.0,
+        machine_cpu_s: 0.0,
     })
 }
 
