@@ -116,7 +116,7 @@ pub async fn run(opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Res
         let floor_us = (0..3).map(|i| us_per_req(client[i] + system[i], i)).fold(f64::MAX, f64::min);
         let ceiling = cores * 1e6 / floor_us / rates[1];
         // The tier (Lava's design) against nginx, then circus at its
-        // defaults against nginx (issue 16's pipelined target).
+        // defaults against nginx (whose pipelined target is 3x).
         for (i, target) in [(0, if size == 1024 { 1.5 } else { 1.0 }), (2, if size == 1024 { 3.0 } else { 1.0 })] {
             let ratio = rates[i] / rates[1];
             let cpu_ratio = us_per_req(cpu[1], 1) / us_per_req(cpu[i], i);
