@@ -13,6 +13,15 @@
 //! therefore punches a hole in the memfd, which detaches those pages (the
 //! kernel frees them once the packets are gone) so the slot's next block is
 //! written into fresh pages and never shows through an old packet.
+//!
+//! A hole detaches only whole folios: a hole through part of a large folio
+//! (a tmpfs mounted `huge=always`, shmem huge pages enabled, a filesystem's
+//! large folios) zeroes that part in place, in the pages the packets still
+//! reference, and the slot's next block is then written into those same
+//! pages. So slots never straddle a *granule*, the largest folio the
+//! backing may hold ([`granule`]), and a freed slot smaller than a granule
+//! is reused only once every slot of its granule is free and the whole
+//! granule has been punched.
 
 use bytes::Bytes;
 use memmap2::Mmap;
@@ -32,7 +41,57 @@ pub struct Arena {
     memfd: File,
     map: Mmap,
     slot_len: usize,
-    free: Mutex<Vec<u32>>,
+    /// Slots per granule; 1 when a slot covers whole granules.
+    per_granule: u32,
+    /// Bytes from one granule's first slot to the next's.
+    granule_len: usize,
+    free: Mutex<Free>,
+}
+
+/// Which slots may be taken.
+#[derive(Debug)]
+struct Free {
+    /// Free slots, the next to take last.
+    slots: Vec<u32>,
+    /// Per granule: slots taken and not yet freed.
+    taken: Vec<u32>,
+    /// Per granule: slots freed while others of the granule were still
+    /// taken, waiting for the granule's hole.
+    waiting: Vec<Vec<u32>>,
+}
+
+/// The largest folio the file behind the arena may hold: 4 KiB for a
+/// memfd while shmem huge pages are off (every size of them), else the
+/// PMD size (2 MiB on x86-64), which no page-cache folio exceeds. A
+/// `--cache-dir` may be a tmpfs mounted `huge=always` or a filesystem with
+/// large folios: always the PMD size.
+pub(crate) fn granule(dir: Option<&Path>) -> usize {
+    const THP: &str = "/sys/kernel/mm/transparent_hugepage";
+    let pmd = std::fs::read_to_string(format!("{THP}/hpage_pmd_size"))
+        .ok()
+        .and_then(|s| s.trim().parse::<usize>().ok())
+        .filter(|&n| n >= PAGE && n.is_power_of_two())
+        .unwrap_or(2 << 20);
+    if dir.is_some() {
+        return pmd;
+    }
+    // The selected setting is the bracketed word; unreadable counts as on.
+    let chosen = |path: &str| {
+        std::fs::read_to_string(path).ok().and_then(|s| {
+            let (_, rest) = s.split_once('[')?;
+            Some(rest.split_once(']')?.0.to_owned())
+        })
+    };
+    let top = chosen(&format!("{THP}/shmem_enabled"));
+    let off = |setting: &Option<String>| matches!(setting.as_deref(), Some("never" | "deny"));
+    let top_off = off(&top);
+    let sizes_off = std::fs::read_dir(THP).map_or(true, |dir| {
+        dir.filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with("hugepages-")).all(|e| {
+            let setting = chosen(&e.path().join("shmem_enabled").to_string_lossy());
+            off(&setting) || (setting.as_deref() == Some("inherit") && top_off) || setting.is_none()
+        })
+    });
+    if top_off && sizes_off { PAGE } else { pmd }
 }
 
 impl Arena {
@@ -42,8 +101,27 @@ impl Arena {
     /// `huge=always` its pages are large folios, which `sendfile` hands to
     /// the socket a folio at a time instead of 4 KiB at a time.
     pub fn new(slot_len: usize, slots: usize, dir: Option<&Path>) -> io::Result<Arc<Arena>> {
-        let slot_len = slot_len.div_ceil(PAGE) * PAGE;
+        Self::with_granule(slot_len, slots, dir, granule(dir))
+    }
+
+    /// [`Arena::new`] with slots laid out and freed by granules of
+    /// `granule` bytes (a power of two, at least a page).
+    pub(crate) fn with_granule(
+        slot_len: usize,
+        slots: usize,
+        dir: Option<&Path>,
+        granule: usize,
+    ) -> io::Result<Arc<Arena>> {
+        let mut slot_len = slot_len.max(1).div_ceil(PAGE) * PAGE;
+        // A slot larger than a granule covers whole granules; smaller ones
+        // share one, none across its end (the rest of it stays unused).
+        if slot_len > granule {
+            slot_len = slot_len.div_ceil(granule) * granule;
+        }
+        let per_granule = (granule / slot_len).max(1);
+        let granule_len = if per_granule == 1 { slot_len } else { granule };
         let slots = u32::try_from(slots).map_err(|_| io::Error::other("too many cache slots"))?;
+        let granules = (slots as usize).div_ceil(per_granule);
         let memfd = File::from(match dir {
             None => rustix::fs::memfd_create("circus-cache", MemfdFlags::CLOEXEC)?,
             Some(dir) => {
@@ -51,13 +129,28 @@ impl Arena {
                     .map_err(|e| io::Error::new(e.kind(), format!("unlinked cache file in {}: {e}", dir.display())))?
             }
         });
-        memfd.set_len(slot_len as u64 * u64::from(slots))?;
+        memfd.set_len((granule_len * granules) as u64)?;
         // SAFETY: the memfd is private to this arena, and a slot's bytes are
         // written only while the slot is on the free list, so no slice
         // handed out through the map ever sees them change.
         #[allow(unsafe_code)]
         let map = unsafe { Mmap::map(&memfd)? };
-        Ok(Arc::new(Arena { memfd, map, slot_len, free: Mutex::new((0..slots).rev().collect()) }))
+        let free =
+            Free { slots: (0..slots).rev().collect(), taken: vec![0; granules], waiting: vec![Vec::new(); granules] };
+        Ok(Arc::new(Arena {
+            memfd,
+            map,
+            slot_len,
+            per_granule: per_granule as u32,
+            granule_len,
+            free: Mutex::new(free),
+        }))
+    }
+
+    /// Where slot `idx` starts in the memfd.
+    fn offset(&self, idx: u32) -> u64 {
+        let (granule, within) = (idx / self.per_granule, idx % self.per_granule);
+        granule as u64 * self.granule_len as u64 + u64::from(within) * self.slot_len as u64
     }
 
     /// Takes a free slot, to be filled later; `None` when every slot is
@@ -65,7 +158,9 @@ impl Arena {
     /// in the order reads are issued puts a file's consecutive blocks in
     /// consecutive slots, whatever order the reads finish in.
     pub fn slot(self: &Arc<Self>) -> Option<EmptySlot> {
-        let idx = self.free.lock().expect("arena lock").pop()?;
+        let mut free = self.free.lock().expect("arena lock");
+        let idx = free.slots.pop()?;
+        free.taken[(idx / self.per_granule) as usize] += 1;
         Some(EmptySlot(Slot { arena: self.clone(), idx, len: 0 }))
     }
 
@@ -104,16 +199,28 @@ impl Arena {
         &self.memfd
     }
 
+    /// Frees slot `idx`: at once when it covers whole granules, else
+    /// with the last taken slot of its granule (see the module's doc).
     fn release(&self, idx: u32) {
-        let offset = u64::from(idx) * self.slot_len as u64;
+        let mut free = self.free.lock().expect("arena lock");
+        let granule = (idx / self.per_granule) as usize;
+        free.taken[granule] -= 1;
+        free.waiting[granule].push(idx);
+        if free.taken[granule] > 0 {
+            return;
+        }
+        let mut freed = std::mem::take(&mut free.waiting[granule]);
+        let offset = granule as u64 * self.granule_len as u64;
         let punch = FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE;
-        if let Err(e) = rustix::fs::fallocate(&self.memfd, punch, offset, self.slot_len as u64) {
-            // Without the hole the slot could show new bytes through packets
-            // still in flight: retire it rather than reuse it.
+        if let Err(e) = rustix::fs::fallocate(&self.memfd, punch, offset, self.granule_len as u64) {
+            // Without the hole the slots could show new bytes through
+            // packets still in flight: retire them rather than reuse them.
             tracing::error!(error = %e, "cache arena cannot free a slot; retiring it");
             return;
         }
-        self.free.lock().expect("arena lock").push(idx);
+        // The lowest taken next, so consecutive reads fill consecutive slots.
+        freed.sort_unstable_by(|a, b| b.cmp(a));
+        free.slots.extend(freed);
     }
 }
 
@@ -149,7 +256,7 @@ struct Slot {
 
 impl Slot {
     fn offset(&self) -> u64 {
-        u64::from(self.idx) * self.arena.slot_len as u64
+        self.arena.offset(self.idx)
     }
 }
 
@@ -234,6 +341,100 @@ mod tests {
         assert!(arena.store(&[9; 10]).is_none());
         drop(run);
         assert!(arena.store(&[9; 10]).is_some());
+    }
+
+    #[test]
+    fn slots_smaller_than_a_granule_are_reused_only_once_their_whole_granule_is_free() {
+        // Two 4 KiB slots per 8 KiB granule, two granules.
+        let arena = Arena::with_granule(4096, 4, None, 8192).unwrap();
+        let a = arena.store(&[1; 4096]).unwrap();
+        let b = arena.store(&[2; 4096]).unwrap();
+        assert_eq!((arena.locate(&a), arena.locate(&b)), (Some(0), Some(4096)));
+        drop(a);
+        // Slot 0 shares its granule with b: not reused while b is held.
+        let c = arena.store(&[3; 4096]).unwrap();
+        assert_eq!(arena.locate(&c), Some(8192));
+        let d = arena.store(&[4; 4096]).unwrap();
+        assert!(arena.store(&[5; 10]).is_none(), "slot 0 waits for its granule");
+        drop(b);
+        // The granule is free: both its slots come back, the lowest first.
+        let e = arena.store(&[6; 4096]).unwrap();
+        let f = arena.store(&[7; 4096]).unwrap();
+        assert_eq!((arena.locate(&e), arena.locate(&f)), (Some(0), Some(4096)));
+        assert_eq!(
+            (&c[..], &d[..], &e[..], &f[..]),
+            (&[3u8; 4096][..], &[4u8; 4096][..], &[6u8; 4096][..], &[7u8; 4096][..])
+        );
+        // A slot that does not divide its granule leaves the rest unused;
+        // one larger than a granule covers whole granules.
+        let odd = Arena::with_granule(3 * 4096, 3, None, 8 * 4096).unwrap();
+        let blocks: Vec<Bytes> = (0..3u8).map(|i| odd.store(&[i; 3 * 4096]).unwrap()).collect();
+        let at: Vec<u64> = blocks.iter().map(|b| odd.locate(b).unwrap()).collect();
+        assert_eq!(at, [0, 3 * 4096, 8 * 4096]);
+        let large = Arena::with_granule(3 * 4096, 2, None, 2 * 4096).unwrap();
+        let blocks: Vec<Bytes> = (0..2u8).map(|i| large.store(&[i; 3 * 4096]).unwrap()).collect();
+        assert_eq!(large.locate(&blocks[1]), Some(4 * 4096));
+    }
+
+    /// A tmpfs mounted `huge=always` on a fresh directory, unmounted when
+    /// dropped; `None` (said loudly) where this process may not mount.
+    struct HugeTmpfs(tempfile::TempDir);
+
+    impl HugeTmpfs {
+        fn mount() -> Option<HugeTmpfs> {
+            let dir = tempfile::tempdir().unwrap();
+            let mounted = std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", "huge=always,size=64m", "circus-test"])
+                .arg(dir.path())
+                .status()
+                .is_ok_and(|s| s.success());
+            let root = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0;
+            assert!(mounted || !root, "as root, mounting a tmpfs with huge=always must work");
+            if !mounted {
+                eprintln!("SKIPPED: not root, cannot mount a tmpfs with huge=always");
+            }
+            mounted.then_some(HugeTmpfs(dir))
+        }
+    }
+
+    impl Drop for HugeTmpfs {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(self.0.path()).status();
+        }
+    }
+
+    fn shmem_huge_kib() -> u64 {
+        let info = std::fs::read_to_string("/proc/meminfo").unwrap();
+        let line = info.lines().find(|l| l.starts_with("ShmemHugePages:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn on_huge_pages_a_freed_slot_never_shows_new_or_zeroed_bytes_through_a_packet_in_flight() {
+        use std::io::Read;
+        let Some(tmpfs) = HugeTmpfs::mount() else { return };
+        let huge_before = shmem_huge_kib();
+        let arena = Arena::new(256 << 10, 16, Some(tmpfs.0.path())).unwrap();
+        // Eight blocks of 256 KiB: one 2 MiB folio, as the reads of a
+        // file fill it.
+        let blocks: Vec<Bytes> = (1..=8u8).map(|i| arena.store(&vec![i; 256 << 10]).unwrap()).collect();
+        assert!(shmem_huge_kib() > huge_before, "the tmpfs gave no huge page: the test proves nothing");
+        // A pipe stands in for a socket: sendfile references the first
+        // block's pages, as packets in flight do.
+        let (mut rx, tx) = std::io::pipe().unwrap();
+        let mut off = arena.locate(&blocks[0]).unwrap();
+        let sent = rustix::fs::sendfile(&tx, arena.memfd(), Some(&mut off), 64 << 10).unwrap();
+        let mut blocks = blocks.into_iter();
+        drop(blocks.next());
+        // The next blocks are read into free slots while the packet waits.
+        let later: Vec<Bytes> = (0..8).map(|_| arena.store(&vec![0xee; 256 << 10]).unwrap()).collect();
+        let mut got = vec![0; sent];
+        rx.read_exact(&mut got).unwrap();
+        assert!(got.iter().all(|&b| b == 1), "the packet's bytes changed: {:?}", &got[..8]);
+        // Once the whole folio is free, its slots are taken again.
+        drop(blocks);
+        assert!(arena.store(&[9; 10]).is_some());
+        drop(later);
     }
 
     #[test]
