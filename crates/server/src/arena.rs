@@ -61,10 +61,10 @@ struct Free {
 }
 
 /// The largest folio the file behind the arena may hold: 4 KiB for a
-/// memfd while shmem huge pages are off (every size of them), else the
-/// PMD size (2 MiB on x86-64), which no page-cache folio exceeds. A
-/// `--cache-dir` may be a tmpfs mounted `huge=always` or a filesystem with
-/// large folios: always the PMD size.
+/// memfd while shmem huge pages are off (every size of them, or the
+/// kernel has none), else the PMD size (2 MiB on x86-64), which no
+/// page-cache folio exceeds. A `--cache-dir` may be a tmpfs mounted
+/// `huge=always` or a filesystem with large folios: always the PMD size.
 pub(crate) fn granule(dir: Option<&Path>) -> usize {
     const THP: &str = "/sys/kernel/mm/transparent_hugepage";
     let pmd = std::fs::read_to_string(format!("{THP}/hpage_pmd_size"))
@@ -75,23 +75,37 @@ pub(crate) fn granule(dir: Option<&Path>) -> usize {
     if dir.is_some() {
         return pmd;
     }
-    // The selected setting is the bracketed word; unreadable counts as on.
-    let chosen = |path: &str| {
-        std::fs::read_to_string(path).ok().and_then(|s| {
-            let (_, rest) = s.split_once('[')?;
-            Some(rest.split_once(']')?.0.to_owned())
+    if !Path::new(THP).exists() {
+        // A kernel without transparent huge pages: shmem has none.
+        return PAGE;
+    }
+    let top = std::fs::read_to_string(format!("{THP}/shmem_enabled")).ok();
+    let sizes: Vec<Option<String>> = std::fs::read_dir(THP)
+        .map(|dir| {
+            dir.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with("hugepages-"))
+                .map(|e| std::fs::read_to_string(e.path().join("shmem_enabled")).ok())
+                .collect()
         })
-    };
-    let top = chosen(&format!("{THP}/shmem_enabled"));
-    let off = |setting: &Option<String>| matches!(setting.as_deref(), Some("never" | "deny"));
-    let top_off = off(&top);
-    let sizes_off = std::fs::read_dir(THP).map_or(true, |dir| {
-        dir.filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with("hugepages-")).all(|e| {
-            let setting = chosen(&e.path().join("shmem_enabled").to_string_lossy());
-            off(&setting) || (setting.as_deref() == Some("inherit") && top_off) || setting.is_none()
+        .unwrap_or_default();
+    if shmem_folios_small(top.as_deref(), &sizes) { PAGE } else { pmd }
+}
+
+/// Whether shmem keeps to 4 KiB pages, from the text of
+/// `transparent_hugepage/shmem_enabled` and of each size's own setting
+/// (`hugepages-*/shmem_enabled`); a setting that cannot be read counts as
+/// on, except a size's where there is none.
+fn shmem_folios_small(top: Option<&str>, sizes: &[Option<String>]) -> bool {
+    // The chosen setting is the bracketed word.
+    let chosen = |text: &str| Some(text.split_once('[')?.1.split_once(']')?.0.to_owned());
+    let off = |setting: Option<&str>| matches!(setting, Some("never" | "deny"));
+    let top = top.and_then(chosen);
+    let top_off = off(top.as_deref());
+    top_off
+        && sizes.iter().all(|size| {
+            let setting = size.as_deref().and_then(chosen);
+            off(setting.as_deref()) || setting.as_deref() == Some("inherit")
         })
-    });
-    if top_off && sizes_off { PAGE } else { pmd }
 }
 
 impl Arena {
@@ -341,6 +355,24 @@ mod tests {
         assert!(arena.store(&[9; 10]).is_none());
         drop(run);
         assert!(arena.store(&[9; 10]).is_some());
+    }
+
+    #[test]
+    fn shmem_is_taken_for_4_kib_pages_only_when_every_huge_size_is_off() {
+        let size = |s: &str| Some(s.to_owned());
+        let never = "always within_size advise [never] deny force\n";
+        let sizes_off =
+            [size("always inherit within_size advise [never]\n"), size("always [inherit] within_size advise never\n")];
+        assert!(shmem_folios_small(Some(never), &sizes_off));
+        assert!(shmem_folios_small(Some("always within_size advise never [deny] force"), &sizes_off));
+        assert!(shmem_folios_small(Some(never), &[]));
+        // Any huge size on, or the top setting on (an inheriting size
+        // follows it), or unreadable: large folios may come.
+        assert!(!shmem_folios_small(Some(never), &[size("[always] inherit within_size advise never")]));
+        assert!(!shmem_folios_small(Some("always [within_size] advise never deny force"), &sizes_off));
+        assert!(!shmem_folios_small(Some("always within_size [advise] never deny force"), &[]));
+        assert!(!shmem_folios_small(None, &[]));
+        assert!(!shmem_folios_small(Some(never), &[None]));
     }
 
     #[test]
