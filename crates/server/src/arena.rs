@@ -216,25 +216,46 @@ impl Arena {
     /// Frees slot `idx`: at once when it covers whole granules, else
     /// with the last taken slot of its granule (see the module's doc).
     fn release(&self, idx: u32) {
-        let mut free = self.free.lock().expect("arena lock");
         let granule = (idx / self.per_granule) as usize;
+        let mut free = self.free.lock().expect("arena lock");
         free.taken[granule] -= 1;
+        if self.per_granule == 1 {
+            // The slot is its own granule and on no list while it is
+            // punched: the lock is not held across the system call.
+            drop(free);
+            if self.punch(granule) {
+                self.free.lock().expect("arena lock").slots.push(idx);
+            }
+            return;
+        }
         free.waiting[granule].push(idx);
         if free.taken[granule] > 0 {
             return;
         }
+        // The granule's free slots could be taken and filled by another
+        // thread while it is punched, and the hole would take their bytes:
+        // punched under the lock.
         let mut freed = std::mem::take(&mut free.waiting[granule]);
+        if self.punch(granule) {
+            // The lowest taken next, so consecutive reads fill consecutive slots.
+            freed.sort_unstable_by(|a, b| b.cmp(a));
+            free.slots.extend(freed);
+        }
+    }
+
+    /// Punches granule `granule` out of the file; whether it took. Without
+    /// the hole its slots could show new bytes through packets still in
+    /// flight: they are retired rather than reused.
+    fn punch(&self, granule: usize) -> bool {
         let offset = granule as u64 * self.granule_len as u64;
         let punch = FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE;
-        if let Err(e) = rustix::fs::fallocate(&self.memfd, punch, offset, self.granule_len as u64) {
-            // Without the hole the slots could show new bytes through
-            // packets still in flight: retire them rather than reuse them.
-            tracing::error!(error = %e, "cache arena cannot free a slot; retiring it");
-            return;
+        match rustix::fs::fallocate(&self.memfd, punch, offset, self.granule_len as u64) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(error = %e, "cache arena cannot free a slot; retiring it");
+                false
+            }
         }
-        // The lowest taken next, so consecutive reads fill consecutive slots.
-        freed.sort_unstable_by(|a, b| b.cmp(a));
-        free.slots.extend(freed);
     }
 }
 
