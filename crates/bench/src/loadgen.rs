@@ -172,5 +172,8 @@ mod tests {
         assert_eq!(parse(r).unwrap(), Some((200, 38, 3)));
         assert_eq!(parse(&r[..39]).unwrap(), None);
         assert!(parse(b"HTTP/1.1 200 OK\r\n\r\n").is_err());
+        // A server's garbage fails the run instead of being counted.
+        assert!(parse(b"HTTP/1.1 2x0 OK\r\nContent-Length: 3\r\n\r\nabc").is_err());
+        assert!(parse(b"HTTP/1.1 200 OK\r\nContent-Length: lots\r\n\r\nabc").is_err());
     }
 }
