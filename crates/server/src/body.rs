@@ -113,6 +113,9 @@ pub struct NativeBody {
     download: Option<Download>,
     /// Block bytes to send right after the header just yielded.
     data: Option<Bytes>,
+    /// The connection, corked while the blocks go out (see
+    /// [`NativeBody::corking`]).
+    corked: Option<Arc<Activity>>,
 }
 
 impl NativeBody {
@@ -122,7 +125,18 @@ impl NativeBody {
         let layout = file.layout;
         let connection = crate::activity::current();
         let download = (!have.is_full()).then(|| Download::start(driver, file, have, false, connection));
-        NativeBody { preface: Some(preface), layout, download, data: None }
+        NativeBody { preface: Some(preface), layout, download, data: None, corked: None }
+    }
+
+    /// Corks the connection (TCP_CORK) while the blocks of a file of at
+    /// least [`CORK_FROM`] bytes go out, up to the END or ERROR frame, as
+    /// [`PlainBody::corking`] does for a long range.
+    pub fn corking(mut self, cork: bool) -> Self {
+        if cork && self.download.is_some() && self.layout.len() >= CORK_FROM {
+            self.corked = crate::activity::current();
+            ask_cork(self.corked.as_ref(), true);
+        }
+        self
     }
 }
 
@@ -159,8 +173,12 @@ impl Body for NativeBody {
                 this.data = Some(data);
                 header
             }
-            Delivery::End(End::Complete) => frame(encode_end),
+            Delivery::End(End::Complete) => {
+                ask_cork(this.corked.as_ref(), false);
+                frame(encode_end)
+            }
             Delivery::End(End::Failed(reason)) => {
+                ask_cork(this.corked.as_ref(), false);
                 let code = match reason {
                     FailReason::FileChanged { .. } => ErrorCode::FILE_CHANGED,
                     _ => ErrorCode::STORAGE,
@@ -168,6 +186,7 @@ impl Body for NativeBody {
                 frame(|buf| encode_error(code, &reason.to_string(), buf))
             }
             Delivery::End(End::Stopped) => {
+                ask_cork(this.corked.as_ref(), false);
                 frame(|buf| encode_error(ErrorCode::SHUTTING_DOWN, "server shutting down", buf))
             }
         };
@@ -200,7 +219,13 @@ pub struct PlainBody {
     /// The first frame, fetched before the head was written (see
     /// [`PlainBody::primed`]).
     first: Option<Option<Result<Frame<Bytes>, BodyError>>>,
+    /// Whether a long range corks the connection (see [`PlainBody::corking`]).
+    cork: bool,
 }
+
+/// The shortest range that corks its connection: more than a block, so
+/// that it takes several writes.
+const CORK_FROM: u64 = 256 << 10;
 
 struct RangeCursor {
     start: u64,
@@ -240,7 +265,25 @@ impl RangeCursor {
 impl PlainBody {
     pub fn new(driver: &DriverHandle, file: Arc<FileEntry>, parts: Vec<Part>) -> Self {
         let connection = crate::activity::current();
-        PlainBody { driver: driver.clone(), file, parts: parts.into_iter(), current: None, connection, first: None }
+        PlainBody {
+            driver: driver.clone(),
+            file,
+            parts: parts.into_iter(),
+            current: None,
+            connection,
+            first: None,
+            cork: false,
+        }
+    }
+
+    /// Asks the connection to send whole segments only (TCP_CORK) while a
+    /// range of at least [`CORK_FROM`] bytes goes out, up to its last frame
+    /// (`send_mark.rs` says why). Only for a connection that carries this
+    /// response alone: an HTTP/2 connection's streams would undo each
+    /// other's.
+    pub fn corking(mut self, cork: bool) -> Self {
+        self.cork = cork;
+        self
     }
 
     /// Waits for the first frame, so that hyper finds it ready and writes
@@ -251,6 +294,13 @@ impl PlainBody {
         let first = std::future::poll_fn(|cx| Pin::new(&mut self).poll_frame(cx)).await;
         self.first = Some(first);
         self
+    }
+}
+
+/// Asks `connection` (if known) to cork or uncork its socket.
+fn ask_cork(connection: Option<&Arc<Activity>>, cork: bool) {
+    if let Some(c) = connection {
+        c.want_send_mark(c.send_mark().corked(cork));
     }
 }
 
@@ -278,6 +328,9 @@ impl Body for PlainBody {
                         let download = Download::start(&this.driver, this.file.clone(), have, true, connection);
                         let cursor = RangeCursor { start, end, next: first, last };
                         this.current = Some((download, cursor));
+                        if this.cork && end - start + 1 >= CORK_FROM {
+                            ask_cork(this.connection.as_ref(), true);
+                        }
                         continue;
                     }
                 }
@@ -303,6 +356,11 @@ impl Body for PlainBody {
                 Delivery::Block(_, data) => {
                     let data = cursor.take_run(download, this.driver.arena(), data);
                     download.hold(first..cursor.next, data.len());
+                    if cursor.next > cursor.last && this.cork {
+                        // The range's last frame: its write sends what the
+                        // cork held (the stream uncorks after it).
+                        ask_cork(this.connection.as_ref(), false);
+                    }
                     let off = this.file.layout.offset(first);
                     let from = cursor.start.saturating_sub(off) as usize;
                     let to = ((cursor.end + 1 - off) as usize).min(data.len());

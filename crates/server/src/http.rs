@@ -159,7 +159,8 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>, private: bool) -> Res
             Answer::Response(res) => Ok(res),
             Answer::Native { file, headers } => {
                 let index = file.index().await?;
-                let mut res = native_response(&state.driver, &file, &index, req.headers(), head)?;
+                let own = connection.is_some();
+                let mut res = native_response(&state.driver, &file, &index, req.headers(), head, own)?;
                 res.headers_mut().extend(headers);
                 Ok(res)
             }
@@ -204,14 +205,15 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>, private: bool) -> Res
         Precondition::NotModified => status_only(StatusCode::NOT_MODIFIED),
         Precondition::Failed => status_only(StatusCode::PRECONDITION_FAILED),
         Precondition::Proceed if circus_http::accept::wants_native(h) => {
-            native(state, req.uri().path(), &file, h, head).await?
+            native(state, req.uri().path(), &file, h, head, connection.is_some()).await?
         }
         Precondition::Proceed => {
             // Plain clients neither wait for nor start an index build (a
             // HEAD must not read the whole file), except that keeping a
             // file for the lane (up to 1 MiB) builds its index; their
             // responses carry Repr-Digest once one was built.
-            let res = plain(state, req.uri().path(), &file, h, head, req.extensions().get()).await;
+            let lender = req.extensions().get();
+            let res = plain(state, req.uri().path(), &file, h, head, lender, connection.is_some()).await;
             // What only some may read is never kept for the hit lane.
             if !head && !private && res.status() == StatusCode::OK && state.small.wants(&file) {
                 let read = state.metrics.storage_read_bytes.clone();
@@ -317,15 +319,16 @@ async fn native(
     file: &Arc<FileEntry>,
     h: &HeaderMap,
     head: bool,
+    own_connection: bool,
 ) -> Result<Response<ResBody>, HttpError> {
     match file.index_within(state.files.index_wait()).await? {
-        Some(index) => native_response(&state.driver, file, &index, h, head),
+        Some(index) => native_response(&state.driver, file, &index, h, head, own_connection),
         None => {
             // A large file's first native request: its blocks cannot be
             // verified before the whole file is hashed. It gets the plain
             // stream now (circus get takes it as a plain download), and
             // says how far the build is.
-            let mut res = plain(state, path, file, h, head, None).await;
+            let mut res = plain(state, path, file, h, head, None, own_connection).await;
             let hashed = file.build_progress().unwrap_or(0);
             let note = format!("building; hashed={hashed}; size={}", file.size);
             res.headers_mut().insert(INDEX_HEADER, HeaderValue::from_str(&note).expect("ASCII"));
@@ -338,13 +341,15 @@ async fn native(
 pub(crate) const INDEX_HEADER: &str = "circus-index";
 
 /// The native stream of `file` (a local file or an origin object) from the
-/// scheduler, honouring a resume's `Circus-Need` when `If-Range` allows.
+/// scheduler, honouring a resume's `Circus-Need` when `If-Range` allows;
+/// `own_connection` as for [`plain`].
 fn native_response(
     driver: &DriverHandle,
     file: &Arc<FileEntry>,
     index: &FileIndex,
     h: &HeaderMap,
     head: bool,
+    own_connection: bool,
 ) -> Result<Response<ResBody>, HttpError> {
     let blocks = file.layout.blocks();
     // A resume (Circus-Need) only applies to the version the client has.
@@ -365,14 +370,20 @@ fn native_response(
         None => BlockSet::new(blocks),
     };
     let preface = file.preface(index)?;
-    let body = if head { full(Bytes::new()) } else { NativeBody::new(driver, file.clone(), preface, have).boxed() };
+    let body = if head {
+        full(Bytes::new())
+    } else {
+        NativeBody::new(driver, file.clone(), preface, have).corking(own_connection).boxed()
+    };
     let mut res = Response::new(body);
     res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(NATIVE_TYPE));
     res.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     Ok(res)
 }
 
-/// The plain response for `file`, which `path` (percent-encoded) named.
+/// The plain response for `file`, which `path` (percent-encoded) named;
+/// `own_connection` when it is the only one on its connection (HTTP/1.x),
+/// which a long body may then cork.
 async fn plain(
     state: &Arc<AppState>,
     path: &str,
@@ -380,6 +391,7 @@ async fn plain(
     h: &HeaderMap,
     head: bool,
     lender: Option<&Lender>,
+    own_connection: bool,
 ) -> Response<ResBody> {
     let size = file.size;
     let v = Validators { etag: &file.etag, last_modified: file.modified };
@@ -436,7 +448,7 @@ async fn plain(
     let body = match kept {
         _ if head || parts.is_empty() => full(Bytes::new()),
         Some(bytes) => lent(lender, bytes),
-        None => PlainBody::new(&state.driver, file.clone(), parts).primed().await.boxed(),
+        None => PlainBody::new(&state.driver, file.clone(), parts).corking(own_connection).primed().await.boxed(),
     };
     let mut res = Response::new(body);
     *res.status_mut() = status;

@@ -10,8 +10,8 @@
 //! It replays the request bytes the hit lane read before it handed the
 //! connection over (`with_unread`), and gives hyper one extra wake-up after a flush when request bytes
 //! are waiting, which keeps pipelined connections from stalling (see
-//! `poll_flush`). It keeps the socket's send mark where the connection's
-//! response asks (`send_mark`).
+//! `poll_flush`). It keeps the socket's send mark, and its cork, where the
+//! connection's response asks (`send_mark`).
 
 use crate::{
     arena::Arena,
@@ -44,6 +44,8 @@ pub struct SendfileStream {
     /// The TCP_NOTSENT_LOWAT the socket has; 0, the system default, until
     /// a mark is asked for.
     applied: u32,
+    /// Whether the socket is corked (see `send_mark`).
+    corked: bool,
     /// Writes since a paced mark was last brought up to date.
     writes: u32,
     /// The delivery rate a paced mark follows.
@@ -65,6 +67,7 @@ impl SendfileStream {
             activity: None,
             mark: Mark::default(),
             applied: 0,
+            corked: false,
             writes: 0,
             rate: send_mark::HeldRate::default(),
         }
@@ -86,6 +89,7 @@ impl SendfileStream {
     /// every [`PACE_EVERY_WRITES`] write attempts (changes under an eighth
     /// are not worth a system call).
     fn follow_mark(&mut self, wanted: Mark) {
+        let wanted = wanted.corked(false);
         let target = if wanted != self.mark {
             self.mark = wanted;
             self.writes = 0;
@@ -108,6 +112,27 @@ impl SendfileStream {
         };
         if target != self.applied && send_mark::apply(&self.inner, target) {
             self.applied = target;
+        }
+    }
+
+    /// Corks the socket when the response asks for it and it is not.
+    fn cork_if_asked(&mut self, wanted: Mark) {
+        if wanted.cork && !self.corked && send_mark::apply_cork(&self.inner, true) {
+            self.corked = true;
+        }
+    }
+
+    /// Uncorks the socket, sending what the cork held, when the response
+    /// no longer asks for it. Called on flush: hyper flushes only once all
+    /// it queued is written, so the body's last frame has gone out whole
+    /// under the cork (a last frame can be a run of megabytes, written in
+    /// many calls).
+    fn uncork_unless_asked(&mut self) {
+        let wanted = self.activity.as_ref().is_some_and(|a| a.send_mark().cork);
+        if self.corked && !wanted {
+            // A failure leaves it corked: the kernel sends what it holds
+            // within 200 ms anyway.
+            self.corked = !send_mark::apply_cork(&self.inner, false);
         }
     }
 
@@ -236,6 +261,7 @@ impl AsyncWrite for SendfileStream {
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         if let Some(wanted) = self.activity.as_ref().map(|a| a.send_mark()) {
+            self.cork_if_asked(wanted);
             self.follow_mark(wanted);
         }
         let written = self.as_mut().write_vectored(cx, bufs);
@@ -265,6 +291,7 @@ impl AsyncWrite for SendfileStream {
     /// bytes were written, so a response waiting for its next block does
     /// not spin.
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.uncork_unless_asked();
         ready!(Pin::new(&mut self.inner).poll_flush(cx))?;
         if std::mem::take(&mut self.wrote) && self.inner.poll_read_ready(cx).is_ready() {
             cx.waker().wake_by_ref();
@@ -329,14 +356,14 @@ mod tests {
         let mut out = SendfileStream::new(conn, None).with_activity(activity.clone());
         let mark = |out: &SendfileStream| socket2::SockRef::from(&out.inner).tcp_notsent_lowat().unwrap();
         let chunk = vec![1u8; 64 << 10];
-        activity.want_send_mark(Mark { floor: 16 << 10, paced: true });
+        activity.want_send_mark(Mark { floor: 16 << 10, paced: true, cork: false });
         for _ in 0..4 * PACE_EVERY_WRITES {
             out.write_all(&chunk).await.unwrap();
         }
         // Loopback delivers gigabytes a second: 100 ms of that is past the
         // largest paced mark.
         assert!(mark(&out) > 16 << 10, "a paced mark stayed at {}", mark(&out));
-        activity.want_send_mark(Mark { floor: 16 << 10, paced: false });
+        activity.want_send_mark(Mark { floor: 16 << 10, paced: false, cork: false });
         for _ in 0..4 * PACE_EVERY_WRITES {
             out.write_all(&chunk).await.unwrap();
         }
