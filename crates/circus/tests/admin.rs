@@ -133,6 +133,12 @@ fn the_admin_listener_shows_status_with_the_memory_plan() {
     assert_eq!(memory["total"].as_u64(), Some(64 << 20));
     assert_eq!(parts.iter().sum::<u64>(), 64 << 20, "{memory}");
     assert!(parts[2] > 0 && parts[3] > 0, "{memory}");
+    // The block cache's memory: a memfd of 4 KiB pages unless the kernel
+    // lets shmem have huge ones.
+    let pages = &status["cache_pages"];
+    assert_eq!(pages["backing"], "memfd", "{pages}");
+    let page = pages["largest_page_bytes"].as_u64().unwrap();
+    assert!(page == 4096 || (page >= 2 << 20 && page.is_power_of_two()), "{pages}");
     assert_eq!(call(&s.admin, "GET", "/nothing").0, 404);
 }
 
@@ -236,5 +242,6 @@ fn the_status_page_renders_live_in_headless_chromium() {
     assert!(dom.contains("updated "), "the page's script did not fetch the status: {dom}");
     assert!(dom.contains("24.0 MiB") && dom.contains("independent"), "the download is not shown: {dom}");
     assert!(dom.contains("big.bin") && dom.contains(peer), "the file's path and the client's address: {dom}");
+    assert!(dom.contains("cache memory") && dom.contains("memfd, pages up to "), "what the cache is made of: {dom}");
     assert!(!dom.contains("http://") && !dom.contains("https://"), "the page loads nothing from elsewhere");
 }

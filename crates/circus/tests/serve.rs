@@ -175,6 +175,17 @@ fn a_cache_dir_serves_byte_exact_and_a_missing_one_is_refused_by_name() {
         r.read_to_end(&mut body).unwrap();
         assert!(body == data, "cache-dir download differs ({} of {} bytes)", body.len(), data.len());
     }
+    // /status says what the cache is made of: a file there, whose pages
+    // may be as large as the kernel's huge pages.
+    let (mut r, status, _) = common::get_head(&server.admin, "/status", &[]);
+    assert_eq!(status, 200);
+    let mut body = Vec::new();
+    r.read_to_end(&mut body).unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let pages = &status["cache_pages"];
+    let backing = pages["backing"].as_str().unwrap();
+    assert_eq!(backing, format!("file in {}", cache.path().display()), "{pages}");
+    assert!(pages["largest_page_bytes"].as_u64().unwrap() >= 2 << 20, "{pages}");
     let missing = cache.path().join("missing");
     let out = Command::new(env!("CARGO_BIN_EXE_circus"))
         .args([

@@ -45,6 +45,8 @@ pub struct Arena {
     per_granule: u32,
     /// Bytes from one granule's first slot to the next's.
     granule_len: usize,
+    /// The largest folio the backing file may hold ([`granule`]).
+    granule: usize,
     free: Mutex<Free>,
 }
 
@@ -157,8 +159,15 @@ impl Arena {
             slot_len,
             per_granule: per_granule as u32,
             granule_len,
+            granule,
             free: Mutex::new(free),
         }))
+    }
+
+    /// The largest page (folio) the cache's memory may be made of, as
+    /// chosen at start: what `sendfile` hands the socket at a time.
+    pub fn page_bytes(&self) -> usize {
+        self.granule
     }
 
     /// Where slot `idx` starts in the memfd.

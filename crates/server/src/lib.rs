@@ -213,8 +213,20 @@ impl Server {
         let private = private::PrivateRules::new(&cfg.private)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let send_marks = send_mark::SendMarks::new(&cfg, !cfg.tls.is_empty() || cfg.acme.enabled());
-        let state =
-            Arc::new(AppState { files, driver, metrics, registry, origin, small, memory: plan, private, send_marks });
+        let cache_pages = memory::CachePages::new(arena.as_deref(), cfg.cache_dir.as_deref());
+        tracing::info!(backing = %cache_pages.backing, largest_page = cache_pages.largest_page_bytes, "block cache memory");
+        let state = Arc::new(AppState {
+            files,
+            driver,
+            metrics,
+            registry,
+            origin,
+            small,
+            memory: plan,
+            cache_pages,
+            private,
+            send_marks,
+        });
         let https = !cfg.tls.is_empty() || cfg.acme.enabled();
         // Records go to the kernel where it takes them (see `ktls_probe`); the
         // probe comes first, as rustls must be told to let keys out.

@@ -26,6 +26,31 @@ pub struct MemoryPlan {
     pub origin_fetches: u64,
 }
 
+/// What the block cache's memory is, chosen at start and shown on
+/// `/status`: `sendfile` from it costs a page-cache lookup and a pipe
+/// buffer per page, so 4 KiB pages cost more per byte sent than huge ones.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct CachePages {
+    /// `memfd` (the default), `file in DIR` (`--cache-dir`), or `heap`
+    /// (no zero-copy cache: blocks go out with ordinary writes).
+    pub backing: String,
+    /// The largest page the memory may be made of: 4096 for a memfd while
+    /// the kernel's shmem huge pages are off, the huge page size where
+    /// they may be used. 0 for `heap`.
+    pub largest_page_bytes: u64,
+}
+
+impl CachePages {
+    pub(crate) fn new(arena: Option<&crate::arena::Arena>, dir: Option<&std::path::Path>) -> Self {
+        let backing = match (arena, dir) {
+            (None, _) => "heap".to_owned(),
+            (Some(_), None) => "memfd".to_owned(),
+            (Some(_), Some(dir)) => format!("file in {}", dir.display()),
+        };
+        CachePages { backing, largest_page_bytes: arena.map_or(0, |a| a.page_bytes() as u64) }
+    }
+}
+
 /// A budget too small for the origin settings.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(

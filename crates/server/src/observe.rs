@@ -92,8 +92,14 @@ pub async fn status(state: &Arc<AppState>) -> Response<ResBody> {
         Some((status, counters, labels)) => {
             let builds = state.files.builds();
             let scheduler = labelled(&status, &labels);
-            serde_json::json!({ "scheduler": scheduler, "counters": counters, "index_builds": builds, "memory": state.memory })
-                .to_string()
+            serde_json::json!({
+                "scheduler": scheduler,
+                "counters": counters,
+                "index_builds": builds,
+                "memory": state.memory,
+                "cache_pages": state.cache_pages,
+            })
+            .to_string()
         }
         None => "{\"error\":\"shutting down\"}".into(),
     };

@@ -19,6 +19,8 @@ pub(crate) struct AppState {
     pub small: Arc<small::SmallFiles>,
     /// How `--cache` is divided.
     pub memory: MemoryPlan,
+    /// What the block cache's memory is made of.
+    pub cache_pages: crate::memory::CachePages,
     /// Prefixes only signed URLs or bearer tokens may read.
     pub private: crate::private::PrivateRules,
     /// TCP_NOTSENT_LOWAT per response.
