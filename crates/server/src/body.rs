@@ -357,8 +357,9 @@ impl Body for PlainBody {
                     let data = cursor.take_run(download, this.driver.arena(), data);
                     download.hold(first..cursor.next, data.len());
                     if cursor.next > cursor.last && this.cork {
-                        // The range's last frame: its write sends what the
-                        // cork held (the stream uncorks after it).
+                        // The range's last frame: the stream uncorks at
+                        // hyper's flush once it is written, sending what
+                        // the cork held.
                         ask_cork(this.connection.as_ref(), false);
                     }
                     let off = this.file.layout.offset(first);
