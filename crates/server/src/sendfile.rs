@@ -126,7 +126,10 @@ impl SendfileStream {
     /// no longer asks for it. Called on flush: hyper flushes only once all
     /// it queued is written, so the body's last frame has gone out whole
     /// under the cork (a last frame can be a run of megabytes, written in
-    /// many calls).
+    /// many calls). Also before a read, as a response is over by the time
+    /// hyper reads the next request. While a corked body waits for its
+    /// next block, the last one's remainder (less than a segment) waits
+    /// with it, at most the kernel's 200 ms.
     fn uncork_unless_asked(&mut self) {
         let wanted = self.activity.as_ref().is_some_and(|a| a.send_mark().cork);
         if self.corked && !wanted {
@@ -222,6 +225,10 @@ impl AsyncRead for SendfileStream {
             }
             return Poll::Ready(Ok(()));
         }
+        // hyper may go on to the next request without a flush (after
+        // reading a request body late): a response that ended has let go of
+        // the cork by then, and what it held must not wait for the next one.
+        self.uncork_unless_asked();
         let before = buf.filled().len();
         let read = Pin::new(&mut self.inner).poll_read(cx, buf);
         if buf.filled().len() > before
