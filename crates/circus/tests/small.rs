@@ -244,3 +244,41 @@ fn a_mix_of_files_well_under_the_store_is_read_once_whatever_the_start() {
         assert_eq!(again, 0.0, "start {start}: {again} bytes read again for a mix the store holds");
     }
 }
+
+/// Bytes the process has read through `read`-like system calls and
+/// `sendfile` (`rchar` of /proc/PID/io): a body sent with `sendfile` is
+/// counted there, one written from memory is not.
+fn read_chars(pid: u32) -> u64 {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
+    io.lines().find_map(|l| l.strip_prefix("rchar:")).unwrap().trim().parse().unwrap()
+}
+
+#[test]
+fn kept_bodies_of_16_kib_or_more_leave_by_sendfile_and_shorter_ones_from_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let long: Vec<u8> = (0..200 << 10).map(|i: u32| (i.wrapping_mul(29) % 251) as u8).collect();
+    std::fs::write(dir.path().join("long.bin"), &long).unwrap();
+    let short = vec![5u8; 8 << 10];
+    std::fs::write(dir.path().join("short.bin"), &short).unwrap();
+    let server = common::serve(&[dir.path().to_str().unwrap()]);
+    let addr = server.addr.as_str();
+    let (get_long, get_short) =
+        ("GET /long.bin HTTP/1.1\r\nhost: t\r\n\r\n", "GET /short.bin HTTP/1.1\r\nhost: t\r\n\r\n");
+    pipelined(addr, &[(get_long, false), (get_short, false)]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while metric(&server.admin, "circus_small_files_resident_bytes") < (long.len() + short.len()) as f64 {
+        assert!(Instant::now() < deadline, "the files were never kept");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = server.child.id();
+    let before = read_chars(pid);
+    let answers = pipelined(addr, &[(get_long, false); 10]);
+    assert!(answers.iter().all(|(status, _, body)| *status == 200 && *body == long));
+    let sent = read_chars(pid) - before;
+    assert!(sent >= 10 * long.len() as u64, "{sent} bytes went out by sendfile, not the 10 kept bodies");
+    let before = read_chars(pid);
+    let answers = pipelined(addr, &[(get_short, false); 10]);
+    assert!(answers.iter().all(|(status, _, body)| *status == 200 && *body == short));
+    let sent = read_chars(pid) - before;
+    assert!(sent < short.len() as u64, "{sent} bytes of short bodies went out by sendfile");
+}

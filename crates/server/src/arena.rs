@@ -29,7 +29,10 @@ use rustix::fs::{FallocateFlags, MemfdFlags, Mode, OFlags};
 use std::{
     fs::File,
     io,
-    os::{fd::AsFd, unix::fs::FileExt},
+    os::{
+        fd::{AsFd, BorrowedFd},
+        unix::fs::FileExt,
+    },
     path::Path,
     sync::{Arc, Mutex},
 };
@@ -218,8 +221,8 @@ impl Arena {
         (start >= base && start + bytes.len() <= base + self.map.len()).then(|| (start - base) as u64)
     }
 
-    pub fn memfd(&self) -> impl AsFd + '_ {
-        &self.memfd
+    pub fn memfd(&self) -> BorrowedFd<'_> {
+        self.memfd.as_fd()
     }
 
     /// Frees slot `idx`: at once when it covers whole granules, else

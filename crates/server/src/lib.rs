@@ -14,8 +14,9 @@
 //! (response bodies fed by the driver), `http` (routing and HTTP
 //! semantics, with [`circus_http`]'s rules), `state` (what handlers share),
 //! `memory` (how `--cache` is divided), `observe` (`/metrics`, `/status`),
-//! `arena` and `sendfile` (cache memory in a memfd or an unlinked file on
-//! `--cache-dir`, sent with `sendfile(2)` instead of copied), `pacer` (a
+//! `arena`, `kept_memory` and `sendfile` (cache memory in a memfd or an
+//! unlinked file on `--cache-dir`, and kept files' bodies in a memfd, sent
+//! with `sendfile(2)` instead of copied), `pacer` (a
 //! storage read cap), `hitlane` (resident small objects answered before
 //! hyper sees the connection), `answers` (the lane's answers written with
 //! their bodies shared, not copied), `small` (whole small local files kept
@@ -65,6 +66,7 @@ mod gather;
 mod hitlane;
 mod http;
 mod inline_first;
+mod kept_memory;
 pub mod ktls_probe;
 mod ktls_stream;
 mod lent;
@@ -111,7 +113,7 @@ use hyper_util::{
     server::{conn::auto, graceful::GracefulShutdown},
 };
 use prometheus_client::registry::Registry;
-use sendfile::SendfileStream;
+use sendfile::{Sendable as SendableMemory, SendfileStream};
 use state::AppState;
 use std::{future::Future, net::SocketAddr, sync::Arc};
 use tokio::{net::TcpListener, sync::Semaphore};
@@ -129,8 +131,8 @@ pub struct Server {
     admin: Option<TcpListener>,
     /// `--redirect-listen`: cleartext, redirecting to HTTPS.
     redirect: Option<TcpListener>,
-    /// Cache memory that connections send from without copying.
-    arena: Option<Arc<arena::Arena>>,
+    /// Memory that connections send from without copying.
+    sendable: SendableMemory,
     /// `--access-log`: a line per request.
     access_log: Option<Arc<access_log::AccessLog>>,
     state: Arc<AppState>,
@@ -193,7 +195,9 @@ impl Server {
         let plan = MemoryPlan::new(cfg.sched.cache_bytes, cfg.sched.block_size, cfg.origin.as_ref())
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         cfg.sched.cache_bytes = plan.scheduler;
-        let small = Arc::new(small::SmallFiles::new(plan.small_files, small::largest_kept(cfg.sched.block_size)));
+        let kept = if cfg.zero_copy { kept_memory(&plan) } else { None };
+        let small = small::SmallFiles::new(plan.small_files, small::largest_kept(cfg.sched.block_size));
+        let small = Arc::new(small.with_memory(kept.clone()));
         let arena = if cfg.zero_copy { cache_arena(&cfg)? } else { None };
         let storage = driver::Storage {
             io_threads: cfg.io_threads,
@@ -257,7 +261,8 @@ impl Server {
             )),
         };
         let access_log = access_log::AccessLog::open(cfg.access_log.clone(), cfg.access_log_format)?.map(Arc::new);
-        Ok(Server { listeners, tls, kernel_records, admin, redirect, arena, access_log, state, cfg })
+        let sendable = SendableMemory { blocks: arena, kept };
+        Ok(Server { listeners, tls, kernel_records, admin, redirect, sendable, access_log, state, cfg })
     }
 
     /// The first listener's address.
@@ -369,8 +374,8 @@ impl Server {
                 Some(tier) => Some(tier.clone()),
                 None => Some(state.clone()),
             };
-            let (builder, arena, watcher, stopping) =
-                (builder.clone(), self.arena.clone(), graceful.watcher(), stopping.clone());
+            let (builder, sendable, watcher, stopping) =
+                (builder.clone(), self.sendable.clone(), graceful.watcher(), stopping.clone());
             let metrics = self.state.metrics.clone();
             let answered = answered_200.clone();
             let activity = activity::Activity::new(Some(peer));
@@ -398,7 +403,7 @@ impl Server {
                 answered,
                 busy,
                 builder,
-                arena,
+                sendable,
                 activity,
                 tls,
                 kernel,
@@ -481,7 +486,7 @@ struct Connection {
     /// Over a connection cap: every request is answered 503.
     busy: bool,
     builder: Arc<auto::Builder<inline_first::InlineFirst>>,
-    arena: Option<Arc<arena::Arena>>,
+    sendable: SendableMemory,
     activity: Arc<activity::Activity>,
     /// HTTPS: the handshake first, then the lane and hyper (no sendfile,
     /// unless the kernel takes the records).
@@ -498,7 +503,7 @@ impl Connection {
     /// kilobytes, copied when it is spawned and again when it ends, for
     /// every connection, the many the lane serves alone included.
     async fn serve(self, stream: tokio::net::TcpStream, watcher: hyper_util::server::graceful::Watcher) {
-        let Connection { state, lane, limits, stopping, answered, busy, builder, arena, activity, tls, kernel, log } =
+        let Connection { state, lane, limits, stopping, answered, busy, builder, sendable, activity, tls, kernel, log } =
             self;
         let tls_connections = state.metrics.tls_connections.clone();
         let peer = activity.peer();
@@ -573,15 +578,17 @@ impl Connection {
         }
         let served = match (tls, kernel) {
             (None, _) => {
+                // The lane's bodies leave by `sendfile` too, where they can.
+                let stream = SendfileStream::new(stream, sendable);
                 let Some((stream, unread)) = lane.first(stream, &activity, lane_log.as_deref()).await else { return };
                 let h2 = unread.starts_with(H2_PREFACE);
-                let io = SendfileStream::new(stream, arena).with_unread(unread).with_activity(activity.clone());
+                let io = stream.with_unread(unread).with_activity(activity.clone());
                 serve_http!(io, h2)
             }
             (Some(acceptor), Some(kernel)) => {
                 // Read record by record, so that the kernel can take over
                 // at a record's boundary (see `ktls_stream`).
-                let socket = SendfileStream::new(stream, arena).with_activity(activity.clone());
+                let socket = SendfileStream::new(stream, sendable).with_activity(activity.clone());
                 let handshake =
                     Box::pin(tokio::time::timeout(limits.idle, acceptor.accept(::ktls::CorkStream::new(socket))));
                 let Ok(Ok(mut encrypted)) = handshake.await else {
@@ -617,7 +624,7 @@ impl Connection {
             }
             (Some(acceptor), None) => {
                 // The stamps keep the watchdog informed during the handshake too.
-                let plain = SendfileStream::new(stream, None).with_activity(activity.clone());
+                let plain = SendfileStream::new(stream, SendableMemory::default()).with_activity(activity.clone());
                 let handshake = Box::pin(tokio::time::timeout(limits.idle, acceptor.accept(plain)));
                 let Ok(Ok(mut encrypted)) = handshake.await else {
                     return tracing::debug!(?peer, "TLS handshake failed or timed out");
@@ -722,6 +729,19 @@ impl Drop for AddressSlot {
             }
         }
     }
+}
+
+/// Memory for kept files' bodies that connections send without copying,
+/// twice the store's budget of sparse pages (see `kept_memory`); none
+/// where shmem may be made of huge pages, whose holes zero in place, or
+/// where no memfd can be made: bodies stay on the heap then.
+fn kept_memory(plan: &MemoryPlan) -> Option<Arc<kept_memory::KeptMemory>> {
+    if plan.small_files == 0 || arena::granule(None) != 4096 {
+        return None;
+    }
+    kept_memory::KeptMemory::new(2 * plan.small_files)
+        .inspect_err(|e| tracing::warn!(error = %e, "no memfd for kept files: their bodies are written from the heap"))
+        .ok()
 }
 
 /// The zero-copy cache memory: a slot per block of the budget, plus a

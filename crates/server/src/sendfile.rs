@@ -1,11 +1,13 @@
-//! A TCP stream that sends cache-arena bytes with `sendfile(2)`.
+//! A TCP stream that sends cache-arena and kept-file bytes with `sendfile(2)`.
 //!
-//! hyper writes response bodies as the very [`bytes::Bytes`] the body
-//! yielded, through vectored writes. This wrapper looks at each slice hyper
-//! passes: when it lies in the [`Arena`], the same bytes go out with
-//! `sendfile` from the arena's memfd (no copy into the socket buffer);
-//! anything else (response heads, frame headers, heap blocks) goes out with
-//! an ordinary `writev`. The bytes on the wire are identical either way.
+//! hyper and the hit lane write response bodies as the very
+//! [`bytes::Bytes`] the body yielded, through vectored writes. This wrapper
+//! looks at each slice they pass: when it lies in [`Sendable`] memory (the
+//! block cache's [`Arena`], or the pages of a kept file's body), the same
+//! bytes go out with `sendfile` from that memory's memfd (no copy into the
+//! socket buffer); anything else (response heads, frame headers, heap
+//! blocks) goes out with an ordinary `writev`. The bytes on the wire are
+//! identical either way.
 //!
 //! It replays the request bytes the hit lane read before it handed the
 //! connection over (`with_unread`), and gives hyper one extra wake-up after a flush when request bytes
@@ -15,11 +17,13 @@
 
 use crate::{
     arena::Arena,
+    kept_memory::KeptMemory,
     send_mark::{self, Mark},
 };
 use bytes::Bytes;
 use std::{
     io::{self, IoSlice},
+    os::fd::BorrowedFd,
     pin::Pin,
     sync::Arc,
     task::{Context, Poll, ready},
@@ -29,10 +33,33 @@ use tokio::{
     net::TcpStream,
 };
 
+/// The memory whose bytes go out with `sendfile`; without any, every
+/// write is an ordinary one.
+#[derive(Debug, Clone, Default)]
+pub struct Sendable {
+    /// The block cache's.
+    pub blocks: Option<Arc<Arena>>,
+    /// Kept files' bodies (see `kept_memory`).
+    pub kept: Option<Arc<KeptMemory>>,
+}
+
+impl Sendable {
+    /// The memfd `bytes` lie in and where, when they are sendable memory.
+    fn locate(&self, bytes: &[u8]) -> Option<(BorrowedFd<'_>, u64)> {
+        if let Some(blocks) = &self.blocks
+            && let Some(at) = blocks.locate(bytes)
+        {
+            return Some((blocks.memfd(), at));
+        }
+        let kept = self.kept.as_ref()?;
+        Some((kept.memfd(), kept.locate(bytes)?))
+    }
+}
+
 #[derive(Debug)]
 pub struct SendfileStream {
     inner: TcpStream,
-    arena: Option<Arc<Arena>>,
+    memory: Sendable,
     /// Bytes went out since the last flush (see `poll_flush`).
     wrote: bool,
     /// Read from the socket by the hit lane, not yet by hyper.
@@ -57,11 +84,10 @@ pub struct SendfileStream {
 const PACE_EVERY_WRITES: u32 = 8;
 
 impl SendfileStream {
-    /// Without an arena every write is an ordinary one.
-    pub fn new(inner: TcpStream, arena: Option<Arc<Arena>>) -> Self {
+    pub fn new(inner: TcpStream, memory: Sendable) -> Self {
         SendfileStream {
             inner,
-            arena,
+            memory,
             wrote: false,
             unread: Bytes::new(),
             activity: None,
@@ -158,15 +184,15 @@ impl SendfileStream {
     fn poll_sendfile(
         &self,
         cx: &mut Context<'_>,
-        arena: &Arena,
+        memfd: BorrowedFd<'_>,
         mut offset: u64,
         len: usize,
     ) -> Poll<io::Result<usize>> {
         loop {
             ready!(self.inner.poll_write_ready(cx))?;
-            let sent = self.inner.try_io(Interest::WRITABLE, || {
-                Ok(rustix::fs::sendfile(&self.inner, arena.memfd(), Some(&mut offset), len)?)
-            });
+            let sent = self
+                .inner
+                .try_io(Interest::WRITABLE, || Ok(rustix::fs::sendfile(&self.inner, memfd, Some(&mut offset), len)?));
             match sent {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 other => return Poll::Ready(other),
@@ -174,7 +200,7 @@ impl SendfileStream {
         }
     }
 
-    /// Heap bytes that arena bytes follow (a response head before its
+    /// Heap bytes that sendable bytes follow (a response head before its
     /// body): sent with `MSG_MORE`, so the kernel holds them until the
     /// `sendfile` right after joins them in one segment, as nginx's
     /// `tcp_nopush` does. A head sent alone costs a packet of its own, and
@@ -194,21 +220,21 @@ impl SendfileStream {
         }
     }
 
-    /// One write: a `sendfile` of the first slice when it is arena memory,
-    /// else the heap slices up to the next arena slice (see
+    /// One write: a `sendfile` of the first slice when it is sendable
+    /// memory, else the heap slices up to the next sendable slice (see
     /// [`Self::poll_send_more`]), or all of them with `writev`.
     fn write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<io::Result<usize>> {
         let bufs = &bufs[bufs.iter().take_while(|b| b.is_empty()).count()..];
-        if let (Some(arena), Some(first)) = (self.arena.clone(), bufs.first()) {
-            if let Some(offset) = arena.locate(first) {
-                return self.poll_sendfile(cx, &arena, offset, first.len());
+        let this = &*self;
+        if let Some(first) = bufs.first() {
+            if let Some((memfd, offset)) = this.memory.locate(first) {
+                return this.poll_sendfile(cx, memfd, offset, first.len());
             }
-            // Heads and other heap bytes up to the next arena slice: writev.
-            let plain = bufs.iter().take_while(|b| arena.locate(b).is_none()).count();
+            // Heads and other heap bytes up to the next sendable slice.
+            let plain = bufs.iter().take_while(|b| this.memory.locate(b).is_none()).count();
             if plain < bufs.len() {
-                return self.poll_send_more(cx, &bufs[..plain]);
+                return this.poll_send_more(cx, &bufs[..plain]);
             }
-            return Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         }
         Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
     }
@@ -282,7 +308,7 @@ impl AsyncWrite for SendfileStream {
     }
 
     /// Always: hyper must hand over body bytes as they are (not flattened
-    /// into its own buffer) for the arena check to see them.
+    /// into its own buffer) for the sendable check to see them.
     fn is_write_vectored(&self) -> bool {
         true
     }
@@ -330,15 +356,17 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn mixed_heap_and_arena_slices_arrive_in_order() {
+    async fn mixed_heap_arena_and_kept_slices_arrive_in_order() {
         let arena = Arena::new(1 << 20, 2, None).unwrap();
+        let kept = KeptMemory::new(1 << 20).unwrap();
         let block: Vec<u8> = (0..(1 << 20)).map(|i| (i % 253) as u8).collect();
         let cached = arena.store(&block).unwrap();
+        let body = kept.store(&block[..100_000]).unwrap();
         let (conn, reader) = connected_to_a_reader().await;
-        let mut out = SendfileStream::new(conn, Some(arena));
-        let (head, tail) = (b"head:".to_vec(), b":tail".to_vec());
-        let body = cached.slice(100..);
-        let mut parts = [&head[..], &body[..], &tail[..]];
+        let mut out = SendfileStream::new(conn, Sendable { blocks: Some(arena), kept: Some(kept) });
+        let (head, between, tail) = (b"head:".to_vec(), b":between:".to_vec(), b":tail".to_vec());
+        let run = cached.slice(100..);
+        let mut parts = [&head[..], &run[..], &between[..], &body[..], &tail[..]];
         // A vectored write loop like hyper's: advance past what was taken.
         while parts.iter().any(|p| !p.is_empty()) {
             let slices: Vec<IoSlice> = parts.iter().map(|p| IoSlice::new(p)).collect();
@@ -351,7 +379,7 @@ mod tests {
         }
         out.shutdown().await.unwrap();
         let got = reader.await.unwrap();
-        let want = [&head[..], &block[100..], &tail[..]].concat();
+        let want = [&head[..], &block[100..], &between[..], &block[..100_000], &tail[..]].concat();
         assert_eq!(got.len(), want.len());
         assert!(got == want, "bytes differ");
     }
@@ -360,7 +388,7 @@ mod tests {
     async fn a_paced_mark_rises_to_the_slack_of_the_delivery_rate_and_a_fixed_one_stays() {
         let (conn, reader) = connected_to_a_reader().await;
         let activity = crate::activity::Activity::new(None);
-        let mut out = SendfileStream::new(conn, None).with_activity(activity.clone());
+        let mut out = SendfileStream::new(conn, Sendable::default()).with_activity(activity.clone());
         let mark = |out: &SendfileStream| socket2::SockRef::from(&out.inner).tcp_notsent_lowat().unwrap();
         let chunk = vec![1u8; 64 << 10];
         activity.want_send_mark(Mark { floor: 16 << 10, paced: true, cork: false });

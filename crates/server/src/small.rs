@@ -3,9 +3,10 @@
 //! scheduler: a file this small is read whole at once and kept resident,
 //! so there is nothing to share out of order, and the full path's fixed
 //! cost per request (a driver round trip cost 8x nginx's rate for one
-//! block; the scheduler, hyper and a `stat` up to 1 MiB) outweighs the one
-//! copy the kernel makes of a body written from memory rather than sent
-//! from the block cache with `sendfile`.
+//! block; the scheduler, hyper and a `stat` up to 1 MiB) is not paid.
+//! Bodies of 16 KiB or more are kept in pages the kernel sends without
+//! copying them (`kept_memory`), as the block cache's are; shorter ones
+//! on the heap, copied beside their heads.
 //!
 //! A file is admitted after hyper's full path has answered a plain GET for
 //! it: one storage read, the hash index (for `Repr-Digest`), and the head
@@ -18,7 +19,10 @@
 //! `stat` per request. The store has its own share of the cache budget
 //! (quick_cache, weighed in bytes).
 
-use crate::files::FileTable;
+use crate::{
+    files::FileTable,
+    kept_memory::{KeptMemory, SENDABLE_FROM},
+};
 use base64::Engine;
 use bytes::Bytes;
 use circus_core::FileId;
@@ -119,9 +123,9 @@ impl Kept {
 }
 
 /// The largest file kept whole: 1 MiB, or a block where blocks are
-/// larger. At 1 MiB the copy into the socket still costs less than the
-/// full path's scheduler, hyper and `sendfile` of 4 KiB pages from the
-/// block cache (docs/results/2026-11-28-lane-mebibyte-and-accept.md).
+/// larger. At 1 MiB the lane, even writing from the heap, cost less than
+/// the full path's scheduler, hyper and `sendfile` from the block cache
+/// (docs/results/2026-11-28-lane-mebibyte-and-accept.md).
 pub(crate) fn largest_kept(block_size: u32) -> u64 {
     u64::from(block_size).max(1 << 20)
 }
@@ -134,6 +138,9 @@ pub(crate) struct SmallFiles {
     /// Largest file kept ([`largest_kept`]).
     max_size: u64,
     budget: u64,
+    /// Where bodies of [`crate::kept_memory::SENDABLE_FROM`] bytes or
+    /// more are kept, to be sent without a copy; the heap without it.
+    memory: Option<Arc<KeptMemory>>,
 }
 
 impl std::fmt::Debug for SmallFiles {
@@ -183,7 +190,14 @@ impl SmallFiles {
             admitting: Mutex::default(),
             max_size: wanted.min(room.saturating_sub(ENTRY_OVERHEAD + HEAD_ROOM + PATH_ROOM)),
             budget,
+            memory: None,
         }
+    }
+
+    /// Keeps bodies long enough to gain from it in `memory` (see
+    /// `kept_memory`), where it can take them.
+    pub fn with_memory(self, memory: Option<Arc<KeptMemory>>) -> Self {
+        SmallFiles { memory, ..self }
     }
 
     /// Whether a whole plain response for `file` should be kept.
@@ -216,7 +230,8 @@ impl SmallFiles {
         let admission = Admission { store: self.clone(), id: file.id, size: file.size };
         let url_path = url_path.to_owned();
         tokio::spawn(async move {
-            let built = Self::build(&read_bytes, &file).await;
+            let memory = admission.store.memory.as_ref();
+            let built = Self::build(&read_bytes, &file, memory).await;
             match built {
                 Ok(small) => admission.store.cache.insert(url_path, Arc::new(small)),
                 Err(e) => tracing::debug!(path = %file.rel, error = %e, "small file not kept"),
@@ -229,7 +244,11 @@ impl SmallFiles {
         self.admitting.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    async fn build(read_bytes: &Counter, file: &Arc<FileEntry>) -> Result<Small, ReadError> {
+    async fn build(
+        read_bytes: &Counter,
+        file: &Arc<FileEntry>,
+        memory: Option<&Arc<KeptMemory>>,
+    ) -> Result<Small, ReadError> {
         let index = file.index().await?;
         let bytes = file.source.read_block(0, file.size as u32).await?;
         read_bytes.inc_by(bytes.len() as u64);
@@ -240,12 +259,13 @@ impl SmallFiles {
             return Err(changed());
         }
         let digest = base64::engine::general_purpose::STANDARD.encode(index.sha256);
+        let sendable = memory.filter(|_| exact.len() >= SENDABLE_FROM).and_then(|m| m.store(exact));
         Ok(Small {
             id: file.id,
             entry: Arc::downgrade(file),
             head: Bytes::from(head(file, &digest)),
             fields: fields(file, &digest),
-            body: Bytes::copy_from_slice(exact),
+            body: sendable.unwrap_or_else(|| Bytes::copy_from_slice(exact)),
             checked: AtomicU64::new(unix_secs(SystemTime::now())),
         })
     }
