@@ -254,7 +254,7 @@ fn read_chars(pid: u32) -> u64 {
 }
 
 #[test]
-fn kept_bodies_of_16_kib_or_more_leave_by_sendfile_and_shorter_ones_from_memory() {
+fn kept_bodies_of_32_kib_or_more_leave_by_sendfile_and_shorter_ones_from_memory() {
     let dir = tempfile::tempdir().unwrap();
     let long: Vec<u8> = (0..200 << 10).map(|i: u32| (i.wrapping_mul(29) % 251) as u8).collect();
     std::fs::write(dir.path().join("long.bin"), &long).unwrap();

@@ -4,7 +4,7 @@
 //! so there is nothing to share out of order, and the full path's fixed
 //! cost per request (a driver round trip cost 8x nginx's rate for one
 //! block; the scheduler, hyper and a `stat` up to 1 MiB) is not paid.
-//! Bodies of 16 KiB or more are kept in pages the kernel sends without
+//! Bodies of 32 KiB or more are kept in pages the kernel sends without
 //! copying them (`kept_memory`), as the block cache's are; shorter ones
 //! on the heap, copied beside their heads.
 //!
