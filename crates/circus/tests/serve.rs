@@ -162,6 +162,41 @@ fn memory_budget_holds_with_500_slow_clients() {
     assert!(per_client <= 128 * 1024, "{per_client} bytes per slow client beyond the cache budget");
 }
 
+/// The `cache_pages` part of the admin listener's `/status`.
+fn cache_pages(admin: &str) -> serde_json::Value {
+    let (mut r, status, _) = common::get_head(admin, "/status", &[]);
+    assert_eq!(status, 200);
+    let mut body = Vec::new();
+    r.read_to_end(&mut body).unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    status["cache_pages"].clone()
+}
+
+#[test]
+fn at_the_defaults_the_cache_is_a_private_tmpfs_of_huge_pages_and_serves_byte_exact() {
+    let (dir, data) = data_dir(5 << 20);
+    let mounts_before = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    let server = serve(dir.path(), &["--cache", "4MiB"]);
+    let pages = cache_pages(&server.admin);
+    if pages["backing"] != "private huge tmpfs" {
+        let root = std::fs::metadata("/proc/self").is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0);
+        assert!(!root, "as root a private huge tmpfs is always possible: {pages}");
+        eprintln!("SKIPPED: no user namespaces for this user here; the cache is {pages}");
+        return;
+    }
+    assert!(pages["largest_page_bytes"].as_u64().unwrap() >= 2 << 20, "{pages}");
+    // More than the cache: the second download reuses freed granules.
+    for _ in 0..2 {
+        let (mut r, status, _) = common::get_head(&server.addr, "/big.bin", &[]);
+        assert_eq!(status, 200);
+        let mut body = Vec::new();
+        r.read_to_end(&mut body).unwrap();
+        assert!(body == data, "download differs ({} of {} bytes)", body.len(), data.len());
+    }
+    // The mount was the server's child's alone.
+    assert_eq!(std::fs::read_to_string("/proc/self/mounts").unwrap(), mounts_before);
+}
+
 #[test]
 fn a_cache_dir_serves_byte_exact_and_a_missing_one_is_refused_by_name() {
     let (dir, data) = data_dir(3 << 20);
@@ -177,12 +212,7 @@ fn a_cache_dir_serves_byte_exact_and_a_missing_one_is_refused_by_name() {
     }
     // /status says what the cache is made of: a file there, whose pages
     // may be as large as the kernel's huge pages.
-    let (mut r, status, _) = common::get_head(&server.admin, "/status", &[]);
-    assert_eq!(status, 200);
-    let mut body = Vec::new();
-    r.read_to_end(&mut body).unwrap();
-    let status: serde_json::Value = serde_json::from_slice(&body).unwrap();
-    let pages = &status["cache_pages"];
+    let pages = &cache_pages(&server.admin);
     let backing = pages["backing"].as_str().unwrap();
     assert_eq!(backing, format!("file in {}", cache.path().display()), "{pages}");
     assert!(pages["largest_page_bytes"].as_u64().unwrap() >= 2 << 20, "{pages}");

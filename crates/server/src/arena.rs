@@ -50,6 +50,9 @@ pub struct Arena {
     granule_len: usize,
     /// The largest folio the backing file may hold ([`granule`]).
     granule: usize,
+    /// What the backing file is: `memfd`, `file in DIR`, or a private
+    /// huge tmpfs (see `huge_tmpfs`).
+    backing: String,
     free: Mutex<Free>,
 }
 
@@ -71,12 +74,7 @@ struct Free {
 /// page-cache folio exceeds. A `--cache-dir` may be a tmpfs mounted
 /// `huge=always` or a filesystem with large folios: always the PMD size.
 pub(crate) fn granule(dir: Option<&Path>) -> usize {
-    const THP: &str = "/sys/kernel/mm/transparent_hugepage";
-    let pmd = std::fs::read_to_string(format!("{THP}/hpage_pmd_size"))
-        .ok()
-        .and_then(|s| s.trim().parse::<usize>().ok())
-        .filter(|&n| n >= PAGE && n.is_power_of_two())
-        .unwrap_or(2 << 20);
+    let pmd = pmd_size();
     if dir.is_some() {
         return pmd;
     }
@@ -94,6 +92,25 @@ pub(crate) fn granule(dir: Option<&Path>) -> usize {
         })
         .unwrap_or_default();
     if shmem_folios_small(top.as_deref(), &sizes) { PAGE } else { pmd }
+}
+
+const THP: &str = "/sys/kernel/mm/transparent_hugepage";
+
+/// The kernel's PMD (huge page) size: 2 MiB on x86-64.
+fn pmd_size() -> usize {
+    std::fs::read_to_string(format!("{THP}/hpage_pmd_size"))
+        .ok()
+        .and_then(|s| s.trim().parse::<usize>().ok())
+        .filter(|&n| n >= PAGE && n.is_power_of_two())
+        .unwrap_or(2 << 20)
+}
+
+/// Whether a private tmpfs of huge pages (`huge_tmpfs`) would have them:
+/// a memfd would not (shmem keeps to 4 KiB pages), and the kernel has not
+/// denied them to every tmpfs (`deny`).
+pub(crate) fn huge_tmpfs_worth_it() -> bool {
+    let top = std::fs::read_to_string(format!("{THP}/shmem_enabled")).unwrap_or_default();
+    granule(None) == PAGE && Path::new(THP).exists() && !top.contains("[deny]")
 }
 
 /// Whether shmem keeps to 4 KiB pages, from the text of
@@ -120,16 +137,40 @@ impl Arena {
     /// `huge=always` its pages are large folios, which `sendfile` hands to
     /// the socket a folio at a time instead of 4 KiB at a time.
     pub fn new(slot_len: usize, slots: usize, dir: Option<&Path>) -> io::Result<Arc<Arena>> {
-        Self::with_granule(slot_len, slots, dir, granule(dir))
+        let backing = match dir {
+            None => "memfd".to_owned(),
+            Some(dir) => format!("file in {}", dir.display()),
+        };
+        let open = |_: u64| -> io::Result<File> {
+            Ok(File::from(match dir {
+                None => rustix::fs::memfd_create("circus-cache", MemfdFlags::CLOEXEC)?,
+                Some(dir) => {
+                    rustix::fs::open(dir, OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC, Mode::RUSR | Mode::WUSR)
+                        .map_err(|e| {
+                            io::Error::new(e.kind(), format!("unlinked cache file in {}: {e}", dir.display()))
+                        })?
+                }
+            }))
+        };
+        Self::with_granule(slot_len, slots, granule(dir), backing, open)
     }
 
-    /// [`Arena::new`] with slots laid out and freed by granules of
-    /// `granule` bytes (a power of two, at least a page).
+    /// [`Arena::new`] in a file of a tmpfs of huge pages mounted where
+    /// only a child of this process saw it (see `huge_tmpfs`); an error
+    /// where user namespaces are not allowed.
+    pub fn in_private_huge_tmpfs(slot_len: usize, slots: usize) -> io::Result<Arc<Arena>> {
+        Self::with_granule(slot_len, slots, pmd_size(), crate::huge_tmpfs::BACKING.to_owned(), crate::huge_tmpfs::file)
+    }
+
+    /// An arena laid out and freed by granules of `granule` bytes (a power
+    /// of two, at least a page), in the file `open` makes for its length;
+    /// `backing` says what that file is.
     pub(crate) fn with_granule(
         slot_len: usize,
         slots: usize,
-        dir: Option<&Path>,
         granule: usize,
+        backing: String,
+        open: impl FnOnce(u64) -> io::Result<File>,
     ) -> io::Result<Arc<Arena>> {
         let mut slot_len = slot_len.max(1).div_ceil(PAGE) * PAGE;
         // A slot larger than a granule covers whole granules; smaller ones
@@ -141,13 +182,7 @@ impl Arena {
         let granule_len = if per_granule == 1 { slot_len } else { granule };
         let slots = u32::try_from(slots).map_err(|_| io::Error::other("too many cache slots"))?;
         let granules = (slots as usize).div_ceil(per_granule);
-        let memfd = File::from(match dir {
-            None => rustix::fs::memfd_create("circus-cache", MemfdFlags::CLOEXEC)?,
-            Some(dir) => {
-                rustix::fs::open(dir, OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC, Mode::RUSR | Mode::WUSR)
-                    .map_err(|e| io::Error::new(e.kind(), format!("unlinked cache file in {}: {e}", dir.display())))?
-            }
-        });
+        let memfd = open((granule_len * granules) as u64)?;
         memfd.set_len((granule_len * granules) as u64)?;
         // SAFETY: the memfd is private to this arena, and a slot's bytes are
         // written only while the slot is on the free list, so no slice
@@ -163,6 +198,7 @@ impl Arena {
             per_granule: per_granule as u32,
             granule_len,
             granule,
+            backing,
             free: Mutex::new(free),
         }))
     }
@@ -171,6 +207,12 @@ impl Arena {
     /// chosen at start: what `sendfile` hands the socket at a time.
     pub fn page_bytes(&self) -> usize {
         self.granule
+    }
+
+    /// What the memory is (see [`Arena::new`] and
+    /// [`Arena::in_private_huge_tmpfs`]).
+    pub fn backing(&self) -> &str {
+        &self.backing
     }
 
     /// Where slot `idx` starts in the memfd.
@@ -408,10 +450,16 @@ mod tests {
         assert!(!shmem_folios_small(Some(never), &[None]));
     }
 
+    /// A memfd arena laid out by granules of `granule` bytes.
+    fn small_pages(slot_len: usize, slots: usize, granule: usize) -> Arc<Arena> {
+        let memfd = |_| Ok(File::from(rustix::fs::memfd_create("test", MemfdFlags::CLOEXEC)?));
+        Arena::with_granule(slot_len, slots, granule, "memfd".into(), memfd).unwrap()
+    }
+
     #[test]
     fn slots_smaller_than_a_granule_are_reused_only_once_their_whole_granule_is_free() {
         // Two 4 KiB slots per 8 KiB granule, two granules.
-        let arena = Arena::with_granule(4096, 4, None, 8192).unwrap();
+        let arena = small_pages(4096, 4, 8192);
         let a = arena.store(&[1; 4096]).unwrap();
         let b = arena.store(&[2; 4096]).unwrap();
         assert_eq!((arena.locate(&a), arena.locate(&b)), (Some(0), Some(4096)));
@@ -432,11 +480,11 @@ mod tests {
         );
         // A slot that does not divide its granule leaves the rest unused;
         // one larger than a granule covers whole granules.
-        let odd = Arena::with_granule(3 * 4096, 3, None, 8 * 4096).unwrap();
+        let odd = small_pages(3 * 4096, 3, 8 * 4096);
         let blocks: Vec<Bytes> = (0..3u8).map(|i| odd.store(&[i; 3 * 4096]).unwrap()).collect();
         let at: Vec<u64> = blocks.iter().map(|b| odd.locate(b).unwrap()).collect();
         assert_eq!(at, [0, 3 * 4096, 8 * 4096]);
-        let large = Arena::with_granule(3 * 4096, 2, None, 2 * 4096).unwrap();
+        let large = small_pages(3 * 4096, 2, 2 * 4096);
         let blocks: Vec<Bytes> = (0..2u8).map(|i| large.store(&[i; 3 * 4096]).unwrap()).collect();
         assert_eq!(large.locate(&blocks[1]), Some(4 * 4096));
     }

@@ -65,6 +65,7 @@ pub mod files;
 mod gather;
 mod hitlane;
 mod http;
+mod huge_tmpfs;
 mod inline_first;
 mod kept_memory;
 pub mod ktls_probe;
@@ -217,7 +218,7 @@ impl Server {
         let private = private::PrivateRules::new(&cfg.private)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let send_marks = send_mark::SendMarks::new(&cfg, !cfg.tls.is_empty() || cfg.acme.enabled());
-        let cache_pages = memory::CachePages::new(arena.as_deref(), cfg.cache_dir.as_deref());
+        let cache_pages = memory::CachePages::new(arena.as_deref());
         tracing::info!(backing = %cache_pages.backing, largest_page = cache_pages.largest_page_bytes, "block cache memory");
         let state = Arc::new(AppState {
             files,
@@ -747,11 +748,19 @@ fn kept_memory(plan: &MemoryPlan) -> Option<Arc<kept_memory::KeptMemory>> {
 /// The zero-copy cache memory: a slot per block of the budget, plus a
 /// quarter for blocks that hyper still holds after the scheduler counted
 /// them sent (blocks beyond that use heap memory, as without an arena).
-/// Without a memfd the server still runs, with ordinary writes; a
-/// `--cache-dir` that cannot hold the file is an error, as it was asked for.
+/// Without `--cache-dir`, a file on a private tmpfs of huge pages where the
+/// kernel allows one (see `huge_tmpfs`), else a memfd. Without either the
+/// server still runs, with ordinary writes; a `--cache-dir` that cannot
+/// hold the file is an error, as it was asked for.
 fn cache_arena(cfg: &ServeConfig) -> std::io::Result<Option<Arc<arena::Arena>>> {
     let block = cfg.sched.block_size as usize;
     let slots = (cfg.sched.cache_bytes as usize).div_ceil(block) * 5 / 4 + 1;
+    if cfg.cache_dir.is_none() && arena::huge_tmpfs_worth_it() {
+        match arena::Arena::in_private_huge_tmpfs(block, slots) {
+            Ok(arena) => return Ok(Some(arena)),
+            Err(e) => tracing::info!(why = %e, "no private tmpfs of huge pages for the cache: a memfd instead"),
+        }
+    }
     match arena::Arena::new(block, slots, cfg.cache_dir.as_deref()) {
         Ok(arena) => Ok(Some(arena)),
         Err(e) if cfg.cache_dir.is_some() => Err(std::io::Error::new(

@@ -31,23 +31,22 @@ pub struct MemoryPlan {
 /// buffer per page, so 4 KiB pages cost more per byte sent than huge ones.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct CachePages {
-    /// `memfd` (the default), `file in DIR` (`--cache-dir`), or `heap`
-    /// (no zero-copy cache: blocks go out with ordinary writes).
+    /// `private huge tmpfs` (the default where user namespaces are
+    /// allowed), `memfd`, `file in DIR` (`--cache-dir`), or `heap` (no
+    /// zero-copy cache: blocks go out with ordinary writes).
     pub backing: String,
     /// The largest page the memory may be made of: 4096 for a memfd while
-    /// the kernel's shmem huge pages are off, the huge page size where
-    /// they may be used. 0 for `heap`.
+    /// the kernel's shmem huge pages are off, the huge page size for a
+    /// tmpfs or where shmem may use them. 0 for `heap`.
     pub largest_page_bytes: u64,
 }
 
 impl CachePages {
-    pub(crate) fn new(arena: Option<&crate::arena::Arena>, dir: Option<&std::path::Path>) -> Self {
-        let backing = match (arena, dir) {
-            (None, _) => "heap".to_owned(),
-            (Some(_), None) => "memfd".to_owned(),
-            (Some(_), Some(dir)) => format!("file in {}", dir.display()),
-        };
-        CachePages { backing, largest_page_bytes: arena.map_or(0, |a| a.page_bytes() as u64) }
+    pub(crate) fn new(arena: Option<&crate::arena::Arena>) -> Self {
+        CachePages {
+            backing: arena.map_or("heap", |a| a.backing()).to_owned(),
+            largest_page_bytes: arena.map_or(0, |a| a.page_bytes() as u64),
+        }
     }
 }
 
