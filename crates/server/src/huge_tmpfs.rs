@@ -55,6 +55,9 @@ pub(crate) fn file(len: u64) -> io::Result<File> {
     }
     // Its exit closes the pipe `spawn` waits on as an exec would.
     let mut child = command.spawn()?;
+    // The hook holds this process's copy of the child's end: once it is
+    // closed, a child that exits without sending ends the wait at once.
+    drop(command);
     ours.set_read_timeout(Some(Duration::from_secs(5)))?;
     let received = receive_fd(&ours);
     let exited = child.wait();

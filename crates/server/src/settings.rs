@@ -146,9 +146,10 @@ pub struct Settings {
     /// them into each socket (default true).
     #[arg(long, value_name = "BOOL")]
     pub zero_copy: Option<bool>,
-    /// Keep the zero-copy cache in an unlinked file in DIR instead of a
-    /// memfd: on a tmpfs mounted with huge=always (mount -t tmpfs -o
-    /// huge=always tmpfs DIR) sends walk huge pages, not 4 KiB ones.
+    /// Keep the zero-copy cache in an unlinked file in DIR instead of the
+    /// default (a file on a tmpfs of huge pages mounted where only circus
+    /// sees it, or a memfd where user namespaces are forbidden); on a
+    /// tmpfs mounted with huge=always sends walk huge pages, not 4 KiB ones.
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
     /// Keep hash indexes in DIR instead of DIR/.circus/index beside the data
