@@ -14,9 +14,10 @@
 //! (response bodies fed by the driver), `http` (routing and HTTP
 //! semantics, with [`circus_http`]'s rules), `state` (what handlers share),
 //! `memory` (how `--cache` is divided), `observe` (`/metrics`, `/status`),
-//! `arena`, `kept_memory` and `sendfile` (cache memory in a memfd or an
-//! unlinked file on `--cache-dir`, and kept files' bodies in a memfd, sent
-//! with `sendfile(2)` instead of copied), `pacer` (a
+//! `arena`, `huge_tmpfs`, `kept_memory` and `sendfile` (cache memory on a
+//! private tmpfs of huge pages, in a memfd or in an unlinked file on
+//! `--cache-dir`, and kept files' bodies in a memfd, sent with
+//! `sendfile(2)` instead of copied), `pacer` (a
 //! storage read cap), `hitlane` (resident small objects answered before
 //! hyper sees the connection), `answers` (the lane's answers written with
 //! their bodies shared, not copied), `small` (whole small local files kept
