@@ -53,12 +53,13 @@ pub(crate) fn file(len: u64) -> io::Result<File> {
     unsafe {
         command.pre_exec(move || prepared.run());
     }
-    // Its exit closes the pipe `spawn` waits on as an exec would.
+    // Its exit closes the pipe `spawn` waits on as an exec would, so
+    // `spawn` returns once the child has exited (within CHILD_SECONDS).
     let mut child = command.spawn()?;
-    // The hook holds this process's copy of the child's end: once it is
-    // closed, a child that exits without sending ends the wait at once.
+    // The hook holds this process's copy of the child's end: closed, the
+    // receive below ends at once if the child sent nothing.
     drop(command);
-    ours.set_read_timeout(Some(Duration::from_secs(5)))?;
+    ours.set_read_timeout(Some(Duration::from_secs(1)))?;
     let received = receive_fd(&ours);
     let exited = child.wait();
     match exited {
@@ -87,6 +88,9 @@ struct Prepared {
     points: Vec<CString>,
 }
 
+/// The longest the child may take before the kernel ends it (SIGALRM).
+const CHILD_SECONDS: u32 = 5;
+
 /// Exit codes of the child, one per step that failed (for the error).
 const FAILED_UNSHARE: i32 = 10;
 const FAILED_MAP: i32 = 11;
@@ -101,8 +105,8 @@ impl Prepared {
         let nul = |e: std::ffi::NulError| io::Error::other(e);
         Ok(Prepared {
             socket,
-            uid_map: format!("0 {} 1\n", libc_id(libc::getuid)).into_bytes(),
-            gid_map: format!("0 {} 1\n", libc_id(libc::getgid)).into_bytes(),
+            uid_map: format!("0 {} 1\n", libc_id(libc::geteuid)).into_bytes(),
+            gid_map: format!("0 {} 1\n", libc_id(libc::getegid)).into_bytes(),
             options: CString::new(format!("huge=always,size={size},mode=0700")).map_err(nul)?,
             points: MOUNT_POINTS.iter().map(|p| CString::new(*p)).collect::<Result<_, _>>().map_err(nul)?,
         })
@@ -115,6 +119,11 @@ impl Prepared {
         // SAFETY: system calls on prepared, NUL-terminated buffers and on
         // descriptors this process owns; `_exit` does not return.
         unsafe {
+            // `spawn` returns only once this child exits (it never execs):
+            // a step that hangs (a mount point on a dead network file
+            // system) ends it after CHILD_SECONDS instead of the server's start.
+            libc::signal(libc::SIGALRM, libc::SIG_DFL);
+            libc::alarm(CHILD_SECONDS);
             if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != 0 {
                 libc::_exit(FAILED_UNSHARE);
             }
@@ -161,7 +170,8 @@ impl Prepared {
     }
 }
 
-/// This process's user or group id (`getuid` or `getgid`).
+/// This process's user or group id (`geteuid`, `getuid`, ...): the maps
+/// name the effective ones, those the namespace is made with.
 fn libc_id(get: unsafe extern "C" fn() -> libc::uid_t) -> libc::uid_t {
     // SAFETY: these calls take nothing and cannot fail.
     #[allow(unsafe_code)]

@@ -16,10 +16,17 @@
 //! copies short slices without looking them up, so the last frame's slice
 //! may never be looked up), and whenever no one but this registry holds it
 //! any more: the store evicted it and h2 sent or dropped it (a stream reset
-//! midway). So a connection never keeps a body alive by itself for longer
-//! than until its next lend or idle moment, and at most [`MOST_LENT`]
-//! bodies and [`MOST_LENT_BYTES`] are remembered at once. A body pushed out
-//! or forgotten early is still sent, only not gathered.
+//! midway). So a connection never keeps a heap body alive by itself for
+//! longer than until its next lend or idle moment, and at most
+//! [`MOST_LENT`] bodies and [`MOST_LENT_BYTES`] are remembered at once. A
+//! body pushed out or forgotten early is still sent, only not gathered.
+//!
+//! A body in kept-file memory (`kept_memory`) never looks unheld: `bytes`
+//! cannot tell whether others hold a `Bytes` made over an owner. Such a
+//! body is forgotten when found to its end, pushed out by later ones, or
+//! with its connection; what connections hold of bodies the store has
+//! evicted is bounded by that memory's size (twice the store's budget),
+//! and once it is full, new bodies are kept on the heap.
 
 use bytes::Bytes;
 use std::{
