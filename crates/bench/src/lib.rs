@@ -138,6 +138,10 @@ pub struct BenchOptions {
     /// How the plain crowds' client links are emulated (default: kernel
     /// when root, else the clients throttle themselves).
     pub links: Option<experiment::LinkMode>,
+    /// signature-*: the values of the sweep to measure besides the
+    /// baseline, which always runs first because it sets the ladder of
+    /// offered load (empty: every value).
+    pub at: Vec<f64>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -105,6 +105,11 @@ pub struct BenchArgs {
     work: PathBuf,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// signature-*: measure only these values of the sweep (comma separated,
+    /// in its unit: us of one-way latency or of overhead, Mbit/s) after the
+    /// baseline, which sets the ladder of offered load.
+    #[arg(long, value_delimiter = ',')]
+    at: Vec<f64>,
     /// Extra flag for the circus servers started, e.g. --server-arg=--leapfront=2 (repeatable).
     #[arg(long = "server-arg", allow_hyphen_values = true)]
     server_args: Vec<String>,
@@ -205,6 +210,7 @@ pub fn main(args: BenchArgs) -> anyhow::Result<()> {
         seconds: args.seconds.unwrap_or(if name.starts_with("signature-") { 2.0 } else { 5.0 }),
         rounds: args.rounds.max(1),
         links: args.links.map(link_mode),
+        at: args.at.clone(),
     };
     let report = runtime
         .block_on(circus_bench::run(&name, &opts, &mut |line| eprintln!("{line}")))

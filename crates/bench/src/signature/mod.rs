@@ -65,6 +65,26 @@ impl Sweep {
         }
     }
 
+    /// The values a run measures: the baseline, then those of `at` (every
+    /// value when `at` is empty); a value the sweep does not have is an error.
+    pub fn measured(self, at: &[f64]) -> Result<Vec<f64>, BenchError> {
+        if let Some(bad) = at.iter().find(|a| !self.values().contains(a)) {
+            return Err(BenchError::Setup(format!(
+                "--at {bad}: signature-{} measures {:?} ({})",
+                self.name(),
+                self.values(),
+                self.unit()
+            )));
+        }
+        Ok(self
+            .values()
+            .iter()
+            .enumerate()
+            .filter(|&(i, v)| i == 0 || at.is_empty() || at.contains(v))
+            .map(|(_, &v)| v)
+            .collect())
+    }
+
     pub fn unit(self) -> &'static str {
         match self {
             Sweep::Latency => "L (us, one-way)",
@@ -201,7 +221,8 @@ pub async fn run(sweep: Sweep, opts: &BenchOptions, log: &mut (dyn FnMut(&str) +
     let step_for = Duration::from_secs_f64(opts.seconds);
     let mut ladder: Option<Vec<f64>> = None;
     let mut curves: Vec<Curve> = Vec::new();
-    for (v, &value) in sweep.values().iter().enumerate() {
+    let values = sweep.measured(&opts.at)?;
+    for (v, &value) in values.iter().enumerate() {
         let plan = NetPlan {
             id: std::process::id(),
             subnet: Network::free_subnet(std::process::id())?,
@@ -260,7 +281,7 @@ pub async fn run(sweep: Sweep, opts: &BenchOptions, log: &mut (dyn FnMut(&str) +
                     })
                     .collect();
                 log(&format!(
-                    "{} {} = {value}: offered {rate:.0}/s delivered {:.0}/s mean {:.3} ms p95 {:.3} ms ({} ms){}{}",
+                    "{} {} = {value}: offered {rate:.0}/s delivered {:.0}/s mean {:.3} ms p95 {:.3} ms ({} ms){}{}{}",
                     s.name,
                     sweep.name(),
                     st.delivered,
@@ -268,6 +289,11 @@ pub async fn run(sweep: Sweep, opts: &BenchOptions, log: &mut (dyn FnMut(&str) +
                     st.p95_ms,
                     by_class.join(", "),
                     if st.failed > 0 { format!(" ({} failed)", st.failed) } else { String::new() },
+                    if st.straggled_s > 0.1 {
+                        format!(" (last answer {:.2} s late)", st.straggled_s)
+                    } else {
+                        String::new()
+                    },
                     if st.saturated { " (saturated)" } else { "" },
                 ));
                 if st.delivered < KEEPS_UP * rate {
@@ -295,7 +321,7 @@ pub async fn run(sweep: Sweep, opts: &BenchOptions, log: &mut (dyn FnMut(&str) +
             }
             curves.push(curve);
         }
-        log(&format!("{} {}/{} done", sweep.name(), v + 1, sweep.values().len()));
+        log(&format!("{} {}/{} done", sweep.name(), v + 1, values.len()));
     }
     let plot_path = opts.work.join(format!("signature-{}.svg", sweep.name()));
     plot::write(sweep, &curves, &plot_path)?;
@@ -500,5 +526,14 @@ mod tests {
         assert_eq!(Sweep::Latency.line(4000.0).delay, Duration::from_millis(4));
         assert_eq!(Sweep::Overhead.line(20.0).overhead, Duration::from_micros(20));
         assert_eq!(Sweep::Bandwidth.link_bps(100.0), 100e6);
+    }
+
+    #[test]
+    fn a_run_at_chosen_values_measures_the_baseline_first_and_refuses_values_the_sweep_lacks() {
+        assert_eq!(Sweep::Latency.measured(&[]).unwrap(), Sweep::Latency.values());
+        assert_eq!(Sweep::Latency.measured(&[20_000.0, 10.0]).unwrap(), [0.0, 10.0, 20_000.0]);
+        assert_eq!(Sweep::Bandwidth.measured(&[100.0]).unwrap(), [40_000.0, 100.0]);
+        let err = Sweep::Overhead.measured(&[7.0]).unwrap_err().to_string();
+        assert!(err.contains("--at 7") && err.contains("o (us per request)"), "{err}");
     }
 }

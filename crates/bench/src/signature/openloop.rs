@@ -41,8 +41,16 @@ pub struct Target {
 pub struct Step {
     /// Requests per second offered.
     pub offered: f64,
-    /// Responses per second delivered.
+    /// Responses per second delivered: those that arrived within the
+    /// offering's time plus the step's median response time, over the
+    /// offering's time. A late straggler (a SYN or a segment retransmitted
+    /// after a timeout) counts in the response times, not in this rate:
+    /// measured to the last answer instead, one answer a second late
+    /// halved a two-second step's rate.
     pub delivered: f64,
+    /// How long after the offering's end (plus the median response time)
+    /// the last answer came, seconds; 0 when none was later.
+    pub straggled_s: f64,
     pub mean_ms: f64,
     pub p95_ms: f64,
     /// Mean response time of each class of the mix, in its order, over
@@ -123,12 +131,14 @@ pub async fn step(target: &Target, mix: &Mix, rate: f64, duration: Duration, see
     let index = |name: &str| requests.iter().position(|(n, _)| n == name).expect("object of the mix");
     let classes = mix.classes.len();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Option<Duration>)>();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Option<Duration>, Instant)>();
     let mut tasks = tokio::task::JoinSet::new();
     let start = Instant::now();
     let mut next_at = 0.0;
     let (mut released, mut answered) = (0u64, 0u64);
     let mut latencies: Vec<Duration> = Vec::new();
+    // When each answer arrived, seconds from the start.
+    let mut arrivals: Vec<f64> = Vec::new();
     let mut by_class = vec![(0.0f64, 0u64); classes];
     let mut released_by_class = vec![0u64; classes];
     let mut failed = 0u64;
@@ -139,9 +149,10 @@ pub async fn step(target: &Target, mix: &Mix, rate: f64, duration: Duration, see
             break;
         }
         tokio::time::sleep_until((start + Duration::from_secs_f64(next_at)).into()).await;
-        while let Ok((class, outcome)) = rx.try_recv() {
+        while let Ok((class, outcome, at)) = rx.try_recv() {
             answered += 1;
             record(class, outcome, &mut latencies, &mut by_class, &mut failed);
+            arrivals.extend(outcome.map(|_| (at - start).as_secs_f64()));
         }
         if (released - answered) as f64 > rate {
             saturated = true;
@@ -156,27 +167,29 @@ pub async fn step(target: &Target, mix: &Mix, rate: f64, duration: Duration, see
         let t = Instant::now();
         tasks.spawn(async move {
             let ok = exchange(&pool, &requests[which].1).await.is_ok();
-            let _ = tx.send((class, ok.then(|| t.elapsed())));
+            let _ = tx.send((class, ok.then(|| t.elapsed()), Instant::now()));
         });
     }
     drop(tx);
     let offered_for = start.elapsed();
     let drain_until = tokio::time::Instant::now() + DRAIN;
-    let mut last = Instant::now();
     while answered < released {
         match tokio::time::timeout_at(drain_until, rx.recv()).await {
-            Ok(Some((class, outcome))) => {
+            Ok(Some((class, outcome, at))) => {
                 answered += 1;
-                last = Instant::now();
                 record(class, outcome, &mut latencies, &mut by_class, &mut failed);
+                arrivals.extend(outcome.map(|_| (at - start).as_secs_f64()));
             }
             Ok(None) | Err(_) => break,
         }
     }
     failed += released - answered;
     tasks.abort_all();
-    let served_for = (last - start).max(offered_for).as_secs_f64();
     latencies.sort_unstable();
+    let median = latencies.get(latencies.len() / 2).map_or(0.0, Duration::as_secs_f64);
+    let (offered_for, window) = (offered_for.as_secs_f64(), offered_for.as_secs_f64() + median);
+    let in_window = arrivals.iter().filter(|&&a| a <= window).count();
+    let last = arrivals.iter().copied().fold(0.0, f64::max);
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let mean_ms = latencies.iter().map(|&d| ms(d)).sum::<f64>() / latencies.len().max(1) as f64;
     let p95_ms = latencies.get(latencies.len() * 95 / 100).map_or(0.0, |&d| ms(d));
@@ -184,7 +197,8 @@ pub async fn step(target: &Target, mix: &Mix, rate: f64, duration: Duration, see
     let class_unanswered = released_by_class.iter().zip(&by_class).map(|(r, (_, n))| r - n).collect();
     Ok(Step {
         offered: rate,
-        delivered: latencies.len() as f64 / served_for,
+        delivered: in_window as f64 / offered_for.max(f64::MIN_POSITIVE),
+        straggled_s: (last - window).max(0.0),
         mean_ms,
         p95_ms,
         class_mean_ms,
@@ -268,4 +282,61 @@ async fn exchange(pool: &Pool, request: &[u8]) -> Result<(), BenchError> {
     }
     pool.give_back(c);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signature::mix::{Class, Object};
+
+    /// A server on loopback answering every request at once, but the
+    /// tenth after `late`.
+    async fn server_with_one_late_answer(late: Duration) -> SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    let mut have = Vec::new();
+                    loop {
+                        let Ok(n) = conn.read(&mut buf).await else { return };
+                        if n == 0 {
+                            return;
+                        }
+                        have.extend_from_slice(&buf[..n]);
+                        while let Some(end) = have.windows(4).position(|w| w == b"\r\n\r\n") {
+                            have.drain(..end + 4);
+                            if seen.fetch_add(1, Ordering::SeqCst) == 10 {
+                                tokio::time::sleep(late).await;
+                            }
+                            let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx";
+                            if conn.write_all(answer).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn one_late_answer_counts_in_the_response_times_and_not_in_the_rate() {
+        let server = server_with_one_late_answer(Duration::from_millis(1500)).await;
+        let target = Target { server, sources: vec![Ipv4Addr::LOCALHOST], max_conns: 64 };
+        let object = Object { name: "a.bin".into(), size: 1 };
+        let mix = Mix { classes: vec![Class { label: "one", share: 1.0, objects: vec![object] }] };
+        let st = step(&target, &mix, 200.0, Duration::from_secs(1), 7).await.unwrap();
+        assert_eq!(st.failed, 0);
+        assert!(st.answered > 150, "{st:?}");
+        // Measured to the last answer, the rate would be about 80/s.
+        assert!(st.delivered > 150.0, "one straggler dragged the rate down: {st:?}");
+        assert!(st.straggled_s > 0.3, "{st:?}");
+        let slowest = st.mean_ms * st.answered as f64;
+        assert!(slowest > 1500.0, "the late answer is in the response times: {st:?}");
+    }
 }
