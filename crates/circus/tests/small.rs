@@ -270,6 +270,16 @@ fn kept_bodies_of_32_kib_or_more_leave_by_sendfile_and_shorter_ones_from_memory(
         assert!(Instant::now() < deadline, "the files were never kept");
         std::thread::sleep(Duration::from_millis(20));
     }
+    // /status shows where they are: the long body in pages of its own.
+    let status = pipelined(&server.admin, &[("GET /status HTTP/1.1\r\nhost: t\r\n\r\n", false)]);
+    let status: serde_json::Value = serde_json::from_slice(&status[0].2).unwrap();
+    let small = &status["small_files"];
+    assert_eq!(small["files"].as_u64(), Some(2), "{small}");
+    assert!(small["used_bytes"].as_u64().unwrap() >= (long.len() + short.len()) as u64, "{small}");
+    assert_eq!(small["sendable"]["bodies"].as_u64(), Some(1), "{small}");
+    assert!(matches!(small["sendable"]["backing"].as_str(), Some("private huge tmpfs" | "memfd")), "{small}");
+    assert_eq!(small["sendable"]["used_bytes"].as_u64(), Some(long.len() as u64), "whole pages: {small}");
+    assert!(small["sendable"]["capacity_bytes"].as_u64().unwrap() >= small["budget_bytes"].as_u64().unwrap());
     let pid = server.child.id();
     let before = read_chars(pid);
     let answers = pipelined(addr, &[(get_long, false); 10]);

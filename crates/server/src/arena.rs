@@ -97,7 +97,7 @@ pub(crate) fn granule(dir: Option<&Path>) -> usize {
 const THP: &str = "/sys/kernel/mm/transparent_hugepage";
 
 /// The kernel's PMD (huge page) size: 2 MiB on x86-64.
-fn pmd_size() -> usize {
+pub(crate) fn pmd_size() -> usize {
     std::fs::read_to_string(format!("{THP}/hpage_pmd_size"))
         .ok()
         .and_then(|s| s.trim().parse::<usize>().ok())

@@ -6,21 +6,30 @@
 //! server's CPU (perf, `wrk -t2 -c16` on loopback), where nginx's
 //! `sendfile` from the page cache copies nothing. A body of
 //! [`SENDABLE_FROM`] bytes or more is therefore copied once, when it is
-//! kept, into pages of its own in one memfd, mapped read-only, and handed
+//! kept, into pages of its own in one file, mapped read-only, and handed
 //! out as an ordinary [`Bytes`]; the connection layer
 //! ([`crate::sendfile`]) finds its slices here and sends them with
 //! `sendfile(2)`, as it does the block cache's.
 //!
-//! Each body takes whole pages, first fit among the free extents of the
-//! file. Freeing a body punches its pages out of the memfd before its
-//! extent can be taken again, as the block arena frees a slot: packets
-//! still in flight keep the old pages, and the next body is written into
-//! fresh ones, never showing through an old packet. A hole detaches whole
-//! pages only where shmem is made of 4 KiB pages (through part of a huge
-//! one it zeroes in place), so the server makes this memory only there
-//! ([`crate::arena::granule`]). The file is sparse: only pages that hold a
-//! body use memory, and its length (twice the store's budget) leaves room
-//! for the gaps between bodies.
+//! The file is made as the block cache's is ([`crate::arena`]): at the
+//! defaults an unnamed file on a private tmpfs of huge pages
+//! ([`crate::huge_tmpfs`]), else a memfd. `sendfile` costs a page-cache
+//! lookup and a pipe buffer per page, so a body on one 2 MiB page costs
+//! less to send than one on 256 pages of 4 KiB.
+//!
+//! Each body takes whole pages, first fit among the free extents, never
+//! across a *granule*: the largest folio the file may hold (4 KiB for a
+//! memfd while shmem huge pages are off). Freeing a body punches its pages
+//! out of the file before they are taken again, as the block arena frees
+//! a slot: packets still in flight keep the old pages, and the next body
+//! is written into fresh ones, never showing through an old packet. A
+//! hole detaches only whole folios (through part of a large one it zeroes
+//! in place, under the packets), so in a file of huge pages a freed body's
+//! pages wait until every body of their granule is gone; then the whole
+//! granule is punched and free again. Pages of a granule that no body has
+//! taken yet are taken meanwhile. The file is sparse: only granules that
+//! hold a body use memory, and its length (twice the store's budget)
+//! bounds them; a body that finds no room stays on the heap.
 
 use bytes::Bytes;
 use memmap2::Mmap;
@@ -33,7 +42,10 @@ use std::{
         fd::{AsFd, BorrowedFd},
         unix::fs::FileExt,
     },
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
 };
 
 const PAGE: usize = 4096;
@@ -51,24 +63,88 @@ pub(crate) const SENDABLE_FROM: usize = 32 * 1024;
 pub struct KeptMemory {
     memfd: File,
     map: Mmap,
-    /// Free extents: first page to their length in pages.
-    free: Mutex<BTreeMap<u32, u32>>,
+    /// Pages per granule (1 where the file's folios are pages).
+    granule: u32,
+    extents: Mutex<Extents>,
+    /// Bodies stored and not yet freed.
+    bodies: AtomicU64,
+    /// What the file is (see `arena::Arena::backing`).
+    backing: String,
+}
+
+#[derive(Debug)]
+struct Extents {
+    /// Free extents: first page to their length in pages; none across a
+    /// granule's end.
+    free: BTreeMap<u32, u32>,
+    /// Bodies in each granule (granules of more than one page only).
+    live: Vec<u32>,
+}
+
+/// What kept-file memory holds, for `/status`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct KeptUsage {
+    /// The memfd's length: the most its bodies may take.
+    pub capacity_bytes: u64,
+    /// Pages taken by bodies (whole pages each), and by any a failed hole
+    /// retired.
+    pub used_bytes: u64,
+    pub bodies: u64,
+    /// `private huge tmpfs` or `memfd`.
+    pub backing: String,
+    /// The granule: the largest page the file may hold.
+    pub largest_page_bytes: u64,
 }
 
 impl KeptMemory {
-    /// A memfd of `bytes` (rounded up to pages), using memory only for the
-    /// pages bodies take.
+    /// A memfd of `bytes` (rounded up to granules), using memory only for
+    /// the granules bodies take; its granule is the largest folio shmem
+    /// may give it ([`crate::arena::granule`]).
     pub fn new(bytes: u64) -> io::Result<Arc<KeptMemory>> {
-        let pages = u32::try_from(bytes.div_ceil(PAGE as u64).max(1))
-            .map_err(|_| io::Error::other("kept-file memory too large"))?;
-        let memfd = File::from(rustix::fs::memfd_create("circus-kept", MemfdFlags::CLOEXEC)?);
-        memfd.set_len(u64::from(pages) * PAGE as u64)?;
-        // SAFETY: the memfd is private to this memory, and an extent's
+        let memfd = |_| Ok(File::from(rustix::fs::memfd_create("circus-kept", MemfdFlags::CLOEXEC)?));
+        Self::with_granule(bytes, crate::arena::granule(None), "memfd".into(), memfd)
+    }
+
+    /// The same in an unnamed file on a private tmpfs of huge pages
+    /// ([`crate::huge_tmpfs`]), granules of one huge page.
+    pub fn in_private_huge_tmpfs(bytes: u64) -> io::Result<Arc<KeptMemory>> {
+        let huge = crate::arena::pmd_size();
+        Self::with_granule(bytes, huge, crate::huge_tmpfs::BACKING.into(), crate::huge_tmpfs::file)
+    }
+
+    /// `bytes` (rounded up to granules of `granule` bytes, a power of two
+    /// of at least a page) in the file `open` makes for that length.
+    fn with_granule(
+        bytes: u64,
+        granule: usize,
+        backing: String,
+        open: impl FnOnce(u64) -> io::Result<File>,
+    ) -> io::Result<Arc<KeptMemory>> {
+        let too_large = || io::Error::other("kept-file memory too large");
+        let per_granule = u32::try_from(granule.max(PAGE) / PAGE).map_err(|_| too_large())?;
+        let granules =
+            u32::try_from(bytes.div_ceil(u64::from(per_granule) * PAGE as u64).max(1)).map_err(|_| too_large())?;
+        let pages = granules.checked_mul(per_granule).ok_or_else(too_large)?;
+        let len = u64::from(pages) * PAGE as u64;
+        let memfd = open(len)?;
+        memfd.set_len(len)?;
+        // SAFETY: the file is private to this memory, and an extent's
         // bytes are written only while it is on no free list and no body
         // over it is handed out, so no slice through the map sees them change.
         #[allow(unsafe_code)]
         let map = unsafe { Mmap::map(&memfd)? };
-        Ok(Arc::new(KeptMemory { memfd, map, free: Mutex::new(BTreeMap::from([(0, pages)])) }))
+        let (free, live) = match per_granule {
+            1 => (BTreeMap::from([(0, pages)]), Vec::new()),
+            n => ((0..granules).map(|g| (g * n, n)).collect(), vec![0; granules as usize]),
+        };
+        Ok(Arc::new(KeptMemory {
+            memfd,
+            map,
+            granule: per_granule,
+            extents: Mutex::new(Extents { free, live }),
+            bodies: AtomicU64::new(0),
+            backing,
+        }))
     }
 
     /// Copies `data` into pages of its own and hands it out; `None` when no
@@ -78,6 +154,7 @@ impl KeptMemory {
         let pages = u32::try_from(data.len().div_ceil(PAGE).max(1)).ok()?;
         let first = self.take(pages)?;
         let body = Body { memory: self.clone(), first, pages, len: data.len() };
+        self.bodies.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = self.memfd.write_all_at(data, body.offset()) {
             tracing::warn!(error = %e, "kept-file memory write failed; keeping the body on the heap");
             return None;
@@ -105,41 +182,96 @@ impl KeptMemory {
         self.memfd.as_fd()
     }
 
+    pub fn usage(&self) -> KeptUsage {
+        let capacity_bytes = self.map.len() as u64;
+        let extents = self.extents.lock().expect("kept memory lock");
+        let free_pages: u64 = extents.free.values().map(|&p| u64::from(p)).sum();
+        KeptUsage {
+            capacity_bytes,
+            used_bytes: capacity_bytes - free_pages * PAGE as u64,
+            bodies: self.bodies.load(Ordering::Relaxed),
+            backing: self.backing.clone(),
+            largest_page_bytes: u64::from(self.granule) * PAGE as u64,
+        }
+    }
+
     /// The first free extent of `pages` pages or more, taken.
     fn take(&self, pages: u32) -> Option<u32> {
-        let mut free = self.free.lock().expect("kept memory lock");
-        let (&first, &len) = free.iter().find(|&(_, &len)| len >= pages)?;
-        free.remove(&first);
+        let mut extents = self.extents.lock().expect("kept memory lock");
+        let (&first, &len) = extents.free.iter().find(|&(_, &len)| len >= pages)?;
+        extents.free.remove(&first);
         if len > pages {
-            free.insert(first + pages, len - pages);
+            extents.free.insert(first + pages, len - pages);
+        }
+        if let Some(live) = extents.live.get_mut((first / self.granule) as usize) {
+            *live += 1;
         }
         Some(first)
     }
 
-    /// Punches the extent out of the file and makes it free again, joined
-    /// with its free neighbours. An extent that cannot be punched is
-    /// retired: without the hole, packets in flight could show its next
-    /// body's bytes.
-    fn release(&self, mut first: u32, mut pages: u32) {
-        let punch = FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE;
-        let (offset, len) = (u64::from(first) * PAGE as u64, u64::from(pages) * PAGE as u64);
-        // On no list while it is punched: the lock is not held across it.
-        if let Err(e) = rustix::fs::fallocate(&self.memfd, punch, offset, len) {
-            tracing::error!(error = %e, "kept-file memory cannot free a body's pages; retiring them");
+    /// Frees a body's extent. With pages for granules, it is punched out
+    /// of the file and made free again, joined with its free neighbours;
+    /// with larger granules, once its granule holds no body, the whole
+    /// granule is. What cannot be punched is retired: without the hole,
+    /// packets in flight could show the next body's bytes.
+    fn release(&self, first: u32, pages: u32) {
+        self.bodies.fetch_sub(1, Ordering::Relaxed);
+        if self.granule == 1 {
+            if self.punch(first, pages) {
+                self.extents.lock().expect("kept memory lock").give_back(first, pages);
+            }
             return;
         }
-        let mut free = self.free.lock().expect("kept memory lock");
-        if let Some(next) = free.remove(&(first + pages)) {
+        let g = first / self.granule;
+        let (start, end) = (g * self.granule, (g + 1) * self.granule);
+        {
+            let mut extents = self.extents.lock().expect("kept memory lock");
+            let live = &mut extents.live[g as usize];
+            *live -= 1;
+            if *live > 0 {
+                // Its pages wait for the rest of the granule.
+                return;
+            }
+            // On no list while it is punched: the lock is not held across it.
+            let untaken: Vec<u32> = extents.free.range(start..end).map(|(&f, _)| f).collect();
+            for f in untaken {
+                extents.free.remove(&f);
+            }
+        }
+        if self.punch(start, self.granule) {
+            self.extents.lock().expect("kept memory lock").free.insert(start, end - start);
+        }
+    }
+
+    /// Punches `pages` pages from `first` out of the file; whether it took.
+    fn punch(&self, first: u32, pages: u32) -> bool {
+        let punch = FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE;
+        let (offset, len) = (u64::from(first) * PAGE as u64, u64::from(pages) * PAGE as u64);
+        match rustix::fs::fallocate(&self.memfd, punch, offset, len) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(error = %e, "kept-file memory cannot free a body's pages; retiring them");
+                false
+            }
+        }
+    }
+}
+
+impl Extents {
+    /// Makes an extent of a page-granule file free, joined with its free
+    /// neighbours.
+    fn give_back(&mut self, mut first: u32, mut pages: u32) {
+        if let Some(next) = self.free.remove(&(first + pages)) {
             pages += next;
         }
-        if let Some((&before, &len)) = free.range(..first).next_back()
+        if let Some((&before, &len)) = self.free.range(..first).next_back()
             && before + len == first
         {
-            free.remove(&before);
+            self.free.remove(&before);
             first = before;
             pages += len;
         }
-        free.insert(first, pages);
+        self.free.insert(first, pages);
     }
 }
 
@@ -175,12 +307,29 @@ impl Drop for Body {
 mod tests {
     use super::*;
 
+    /// A memfd of `pages` pages laid out by pages, whatever shmem's setting.
+    fn of_pages(pages: usize) -> Arc<KeptMemory> {
+        let memfd = |_| Ok(File::from(rustix::fs::memfd_create("test", MemfdFlags::CLOEXEC)?));
+        KeptMemory::with_granule((pages * PAGE) as u64, PAGE, "memfd".into(), memfd).unwrap()
+    }
+
+    fn usage(capacity_pages: usize, used_pages: usize, bodies: u64, granule: usize) -> KeptUsage {
+        KeptUsage {
+            capacity_bytes: (capacity_pages * PAGE) as u64,
+            used_bytes: (used_pages * PAGE) as u64,
+            bodies,
+            backing: if granule == 1 { "memfd".into() } else { crate::huge_tmpfs::BACKING.into() },
+            largest_page_bytes: (granule * PAGE) as u64,
+        }
+    }
+
     #[test]
     fn bodies_take_whole_pages_first_fit_and_freed_extents_join_again() {
-        let memory = KeptMemory::new(4 * PAGE as u64).unwrap();
+        let memory = of_pages(4);
         let a = memory.store(&[1; PAGE + 1]).unwrap();
         let b = memory.store(&[2; 10]).unwrap();
         let c = memory.store(&[3; PAGE]).unwrap();
+        assert_eq!(memory.usage(), usage(4, 4, 3, 1));
         assert_eq!((&a[..], &b[..], &c[..]), (&[1u8; PAGE + 1][..], &[2u8; 10][..], &[3u8; PAGE][..]));
         assert_eq!([&a, &b, &c].map(|x| memory.place(x)), [Some(0), Some(2 * PAGE as u64), Some(3 * PAGE as u64)]);
         assert_eq!(memory.place(&a.slice(5..9)), Some(5));
@@ -192,6 +341,7 @@ mod tests {
         drop((a, b));
         assert!(memory.store(&[5; 3 * PAGE]).is_none(), "a clone keeps b's page");
         drop(shared);
+        assert_eq!(memory.usage(), usage(4, 1, 1, 1));
         let d = memory.store(&[5; 3 * PAGE]).unwrap();
         assert_eq!(memory.place(&d), Some(0));
         assert_eq!(&d[..], &[5u8; 3 * PAGE][..]);
@@ -204,7 +354,7 @@ mod tests {
         use std::io::Read;
         // A pipe stands in for a socket: sendfile references the body's
         // pages, as packets in flight do.
-        let memory = KeptMemory::new(2 * PAGE as u64).unwrap();
+        let memory = of_pages(2);
         let body = memory.store(&[7; 2 * PAGE]).unwrap();
         let (mut rx, tx) = std::io::pipe().unwrap();
         let mut off = memory.place(&body).unwrap();
@@ -216,5 +366,47 @@ mod tests {
         rx.read_exact(&mut got).unwrap();
         assert!(got.iter().all(|&b| b == 7), "the packet's bytes changed");
         assert_eq!(&again[..], &[9u8; 2 * PAGE][..]);
+    }
+
+    #[test]
+    fn on_huge_pages_a_freed_body_waits_for_its_granule_and_never_shows_through_a_packet_in_flight() {
+        use std::io::Read;
+        let memory = match KeptMemory::in_private_huge_tmpfs(4 << 20) {
+            Ok(memory) => memory,
+            Err(e) => {
+                // SAFETY: reads the process's real user id.
+                #[allow(unsafe_code)]
+                let root = unsafe { libc::getuid() } == 0;
+                assert!(!root, "as root, a private huge tmpfs must be possible: {e}");
+                eprintln!("SKIPPED: no private huge tmpfs for this user here ({e})");
+                return;
+            }
+        };
+        let granule = crate::arena::pmd_size() / PAGE;
+        let body = 256 << 10;
+        let a = memory.store(&vec![1; body]).unwrap();
+        let b = memory.store(&vec![2; body]).unwrap();
+        assert_eq!([&a, &b].map(|x| memory.place(x)), [Some(0), Some(body as u64)]);
+        // A pipe stands in for a socket: sendfile references a's pages.
+        let (mut rx, tx) = std::io::pipe().unwrap();
+        let mut off = memory.place(&a).unwrap();
+        assert_eq!(rustix::fs::sendfile(&tx, memory.memfd(), Some(&mut off), 64 << 10).unwrap(), 64 << 10);
+        drop(a);
+        // a's pages wait for b: the next body takes pages never taken.
+        let c = memory.store(&vec![3; body]).unwrap();
+        assert_eq!(memory.place(&c), Some(2 * body as u64));
+        assert_eq!(memory.usage(), usage(2 * granule, 3 * body / PAGE, 2, granule));
+        // A body never lies across a granule's end.
+        let long = memory.store(&vec![4; (granule * PAGE) - 3 * body + PAGE]).unwrap();
+        assert_eq!(memory.place(&long), Some((granule * PAGE) as u64));
+        drop((b, c));
+        // The granule is empty: punched whole, free whole.
+        assert_eq!(memory.usage(), usage(2 * granule, long.len() / PAGE, 1, granule));
+        let d = memory.store(&vec![9; body]).unwrap();
+        assert_eq!(memory.place(&d), Some(0), "a's pages, taken again");
+        let mut got = vec![0; 64 << 10];
+        rx.read_exact(&mut got).unwrap();
+        assert!(got.iter().all(|&x| x == 1), "the packet's bytes changed: {:?}", &got[..8]);
+        assert!(d.iter().all(|&x| x == 9) && long.iter().all(|&x| x == 4));
     }
 }

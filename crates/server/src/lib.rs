@@ -734,14 +734,22 @@ impl Drop for AddressSlot {
 }
 
 /// Memory for kept files' bodies that connections send without copying,
-/// twice the store's budget of sparse pages (see `kept_memory`); none
-/// where shmem may be made of huge pages, whose holes zero in place, or
-/// where no memfd can be made: bodies stay on the heap then.
+/// twice the store's budget of sparse pages (see `kept_memory`): made as
+/// the block cache's is, on a private tmpfs of huge pages where that
+/// gives them, else in a memfd; none where no memfd can be made, and
+/// bodies stay on the heap then.
 fn kept_memory(plan: &MemoryPlan) -> Option<Arc<kept_memory::KeptMemory>> {
-    if plan.small_files == 0 || arena::granule(None) != 4096 {
+    if plan.small_files == 0 {
         return None;
     }
-    kept_memory::KeptMemory::new(2 * plan.small_files)
+    let bytes = 2 * plan.small_files;
+    if arena::huge_tmpfs_worth_it() {
+        match kept_memory::KeptMemory::in_private_huge_tmpfs(bytes) {
+            Ok(memory) => return Some(memory),
+            Err(e) => tracing::info!(why = %e, "no private tmpfs of huge pages for kept files: a memfd instead"),
+        }
+    }
+    kept_memory::KeptMemory::new(bytes)
         .inspect_err(|e| tracing::warn!(error = %e, "no memfd for kept files: their bodies are written from the heap"))
         .ok()
 }

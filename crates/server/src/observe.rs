@@ -98,6 +98,7 @@ pub async fn status(state: &Arc<AppState>) -> Response<ResBody> {
                 "index_builds": builds,
                 "memory": state.memory,
                 "cache_pages": state.cache_pages,
+                "small_files": state.small.usage(),
             })
             .to_string()
         }

@@ -143,6 +143,21 @@ pub(crate) struct SmallFiles {
     memory: Option<Arc<KeptMemory>>,
 }
 
+/// What the store of whole small files holds, for `/status`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SmallFilesUsage {
+    pub budget_bytes: u64,
+    /// Their bodies, headers and paths, as the budget counts them.
+    pub used_bytes: u64,
+    pub files: u64,
+    pub largest_kept_bytes: u64,
+    /// The memory the bodies of `SENDABLE_FROM` bytes or more are kept in
+    /// and sent from without a copy (`kept_memory`); `null` where there is
+    /// none (no memfd, `--zero-copy false`) and every body is written from
+    /// the heap.
+    pub sendable: Option<crate::kept_memory::KeptUsage>,
+}
+
 impl std::fmt::Debug for SmallFiles {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SmallFiles").field("budget", &self.budget).field("used", &self.cache.weight()).finish()
@@ -304,6 +319,17 @@ impl SmallFiles {
     /// Bytes held now.
     pub fn used(&self) -> u64 {
         self.cache.weight()
+    }
+
+    /// What the store holds, for `/status`.
+    pub fn usage(&self) -> SmallFilesUsage {
+        SmallFilesUsage {
+            budget_bytes: self.budget,
+            used_bytes: self.used(),
+            files: self.cache.len() as u64,
+            largest_kept_bytes: self.max_size,
+            sendable: self.memory.as_ref().map(|m| m.usage()),
+        }
     }
 
     /// [`HitSource::render`] for the files of `files`.
