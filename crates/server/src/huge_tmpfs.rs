@@ -2,8 +2,9 @@
 //! anyone else sees: the block cache's default memory where the kernel
 //! allows it.
 //!
-//! `sendfile` from 4 KiB pages costs a page-cache lookup and a pipe buffer
-//! per page; from 2 MiB pages it costs that per 2 MiB. A memfd gets huge
+//! `sendfile` looks a file's pages up one folio at a time (and takes a
+//! reference on the folio for every 4 KiB it puts in the pipe): from 4 KiB
+//! pages a lookup per page, from 2 MiB pages one per 2 MiB. A memfd gets huge
 //! pages only when the machine's shmem setting says so, and it says
 //! `never` by default; a tmpfs mounted `huge=always` gets them whatever
 //! that setting (unless it is `deny`). Mounting needs privilege, but an

@@ -13,9 +13,11 @@
 //!
 //! The file is made as the block cache's is ([`crate::arena`]): at the
 //! defaults an unnamed file on a private tmpfs of huge pages
-//! ([`crate::huge_tmpfs`]), else a memfd. `sendfile` costs a page-cache
-//! lookup and a pipe buffer per page, so a body on one 2 MiB page costs
-//! less to send than one on 256 pages of 4 KiB.
+//! ([`crate::huge_tmpfs`]), else a memfd. `sendfile` looks pages up one
+//! folio at a time, so a 1 MiB body within one 2 MiB page costs one lookup
+//! where 256 pages of 4 KiB cost 256 (the pipe takes a buffer per 4 KiB
+//! either way). A body longer than a huge page (a `--block-size` over
+//! 2 MiB keeps files that long) finds no room here and stays on the heap.
 //!
 //! Each body takes whole pages, first fit among the free extents, never
 //! across a *granule*: the largest folio the file may hold (4 KiB for a
@@ -28,8 +30,12 @@
 //! pages wait until every body of their granule is gone; then the whole
 //! granule is punched and free again. Pages of a granule that no body has
 //! taken yet are taken meanwhile. The file is sparse: only granules that
-//! hold a body use memory, and its length (twice the store's budget)
-//! bounds them; a body that finds no room stays on the heap.
+//! hold a body use memory, a whole huge page each (`/status`:
+//! `resident_bytes`), and its length (twice the store's budget) bounds
+//! them; a body that finds no room stays on the heap. A few long-lived
+//! bodies spread over many granules can hold them all while their own
+//! bytes are few: up to an eighth of `--cache` (the store has a
+//! sixteenth) beside the heap's bodies.
 
 use bytes::Bytes;
 use memmap2::Mmap;
@@ -86,9 +92,12 @@ struct Extents {
 pub struct KeptUsage {
     /// The memfd's length: the most its bodies may take.
     pub capacity_bytes: u64,
-    /// Pages taken by bodies (whole pages each), and by any a failed hole
-    /// retired.
+    /// Pages taken by bodies (whole pages each), by freed bodies whose
+    /// granule still holds others, and by any a failed hole retired.
     pub used_bytes: u64,
+    /// Memory the file holds: with huge pages, a whole one for every
+    /// granule that holds a body; with 4 KiB pages, `used_bytes`.
+    pub resident_bytes: u64,
     pub bodies: u64,
     /// `private huge tmpfs` or `memfd`.
     pub backing: String,
@@ -186,9 +195,15 @@ impl KeptMemory {
         let capacity_bytes = self.map.len() as u64;
         let extents = self.extents.lock().expect("kept memory lock");
         let free_pages: u64 = extents.free.values().map(|&p| u64::from(p)).sum();
+        let used_bytes = capacity_bytes - free_pages * PAGE as u64;
+        let held_granules = extents.live.iter().filter(|&&n| n > 0).count() as u64;
         KeptUsage {
             capacity_bytes,
-            used_bytes: capacity_bytes - free_pages * PAGE as u64,
+            used_bytes,
+            resident_bytes: match self.granule {
+                1 => used_bytes,
+                n => held_granules * u64::from(n) * PAGE as u64,
+            },
             bodies: self.bodies.load(Ordering::Relaxed),
             backing: self.backing.clone(),
             largest_page_bytes: u64::from(self.granule) * PAGE as u64,
@@ -313,10 +328,11 @@ mod tests {
         KeptMemory::with_granule((pages * PAGE) as u64, PAGE, "memfd".into(), memfd).unwrap()
     }
 
-    fn usage(capacity_pages: usize, used_pages: usize, bodies: u64, granule: usize) -> KeptUsage {
+    fn usage(capacity_pages: usize, used_pages: usize, bodies: u64, granule: usize, held_granules: usize) -> KeptUsage {
         KeptUsage {
             capacity_bytes: (capacity_pages * PAGE) as u64,
             used_bytes: (used_pages * PAGE) as u64,
+            resident_bytes: (if granule == 1 { used_pages } else { held_granules * granule } * PAGE) as u64,
             bodies,
             backing: if granule == 1 { "memfd".into() } else { crate::huge_tmpfs::BACKING.into() },
             largest_page_bytes: (granule * PAGE) as u64,
@@ -329,7 +345,7 @@ mod tests {
         let a = memory.store(&[1; PAGE + 1]).unwrap();
         let b = memory.store(&[2; 10]).unwrap();
         let c = memory.store(&[3; PAGE]).unwrap();
-        assert_eq!(memory.usage(), usage(4, 4, 3, 1));
+        assert_eq!(memory.usage(), usage(4, 4, 3, 1, 0));
         assert_eq!((&a[..], &b[..], &c[..]), (&[1u8; PAGE + 1][..], &[2u8; 10][..], &[3u8; PAGE][..]));
         assert_eq!([&a, &b, &c].map(|x| memory.place(x)), [Some(0), Some(2 * PAGE as u64), Some(3 * PAGE as u64)]);
         assert_eq!(memory.place(&a.slice(5..9)), Some(5));
@@ -341,7 +357,7 @@ mod tests {
         drop((a, b));
         assert!(memory.store(&[5; 3 * PAGE]).is_none(), "a clone keeps b's page");
         drop(shared);
-        assert_eq!(memory.usage(), usage(4, 1, 1, 1));
+        assert_eq!(memory.usage(), usage(4, 1, 1, 1, 0));
         let d = memory.store(&[5; 3 * PAGE]).unwrap();
         assert_eq!(memory.place(&d), Some(0));
         assert_eq!(&d[..], &[5u8; 3 * PAGE][..]);
@@ -395,13 +411,13 @@ mod tests {
         // a's pages wait for b: the next body takes pages never taken.
         let c = memory.store(&vec![3; body]).unwrap();
         assert_eq!(memory.place(&c), Some(2 * body as u64));
-        assert_eq!(memory.usage(), usage(2 * granule, 3 * body / PAGE, 2, granule));
+        assert_eq!(memory.usage(), usage(2 * granule, 3 * body / PAGE, 2, granule, 1));
         // A body never lies across a granule's end.
         let long = memory.store(&vec![4; (granule * PAGE) - 3 * body + PAGE]).unwrap();
         assert_eq!(memory.place(&long), Some((granule * PAGE) as u64));
         drop((b, c));
         // The granule is empty: punched whole, free whole.
-        assert_eq!(memory.usage(), usage(2 * granule, long.len() / PAGE, 1, granule));
+        assert_eq!(memory.usage(), usage(2 * granule, long.len() / PAGE, 1, granule, 1));
         let d = memory.store(&vec![9; body]).unwrap();
         assert_eq!(memory.place(&d), Some(0), "a's pages, taken again");
         let mut got = vec![0; 64 << 10];

@@ -41,15 +41,15 @@ pub struct Target {
 pub struct Step {
     /// Requests per second offered.
     pub offered: f64,
-    /// Responses per second delivered: those that arrived within the
-    /// offering's time plus the step's median response time, over the
-    /// offering's time. A late straggler (a SYN or a segment retransmitted
-    /// after a timeout) counts in the response times, not in this rate:
-    /// measured to the last answer instead, one answer a second late
-    /// halved a two-second step's rate.
+    /// Responses per second delivered: those that arrived within a window
+    /// as long as the offering, starting the step's median response time
+    /// after it started, over the offering's time. A late straggler (a SYN
+    /// or a segment retransmitted after a timeout) counts in the response
+    /// times, not in this rate: measured to the last answer instead, one
+    /// answer a second late took a third off a two-second step's rate.
     pub delivered: f64,
-    /// How long after the offering's end (plus the median response time)
-    /// the last answer came, seconds; 0 when none was later.
+    /// How long after the window's end the last answer came, seconds; 0
+    /// when none was later.
     pub straggled_s: f64,
     pub mean_ms: f64,
     pub p95_ms: f64,
@@ -186,9 +186,14 @@ pub async fn step(target: &Target, mix: &Mix, rate: f64, duration: Duration, see
     failed += released - answered;
     tasks.abort_all();
     latencies.sort_unstable();
+    // Answers are counted over a window as long as the offering, shifted
+    // by the median response time: at a steady rate it holds one
+    // offering's worth of them, and past saturation what the server
+    // answers in that long, never more.
     let median = latencies.get(latencies.len() / 2).map_or(0.0, Duration::as_secs_f64);
-    let (offered_for, window) = (offered_for.as_secs_f64(), offered_for.as_secs_f64() + median);
-    let in_window = arrivals.iter().filter(|&&a| a <= window).count();
+    let offered_for = if saturated { offered_for.as_secs_f64() } else { duration.as_secs_f64() };
+    let window = (median, offered_for + median);
+    let in_window = arrivals.iter().filter(|&&a| a > window.0 && a <= window.1).count();
     let last = arrivals.iter().copied().fold(0.0, f64::max);
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let mean_ms = latencies.iter().map(|&d| ms(d)).sum::<f64>() / latencies.len().max(1) as f64;
@@ -198,7 +203,7 @@ pub async fn step(target: &Target, mix: &Mix, rate: f64, duration: Duration, see
     Ok(Step {
         offered: rate,
         delivered: in_window as f64 / offered_for.max(f64::MIN_POSITIVE),
-        straggled_s: (last - window).max(0.0),
+        straggled_s: (last - window.1).max(0.0),
         mean_ms,
         p95_ms,
         class_mean_ms,
@@ -333,10 +338,42 @@ mod tests {
         let st = step(&target, &mix, 200.0, Duration::from_secs(1), 7).await.unwrap();
         assert_eq!(st.failed, 0);
         assert!(st.answered > 150, "{st:?}");
-        // Measured to the last answer, the rate would be about 80/s.
-        assert!(st.delivered > 150.0, "one straggler dragged the rate down: {st:?}");
+        // Measured to the last answer, the rate would be about 130/s.
+        assert!(st.delivered > 170.0 && st.delivered < 230.0, "one straggler dragged the rate: {st:?}");
         assert!(st.straggled_s > 0.3, "{st:?}");
-        let slowest = st.mean_ms * st.answered as f64;
-        assert!(slowest > 1500.0, "the late answer is in the response times: {st:?}");
+        let total_ms = st.mean_ms * st.answered as f64;
+        assert!(total_ms > 1500.0, "the late answer is in the response times: {st:?}");
+    }
+
+    #[tokio::test]
+    async fn past_saturation_the_rate_is_what_the_server_answers_not_more() {
+        // One connection answering 100 a second, each 10 ms after the last.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(10));
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let mut buf = vec![0u8; 4096];
+                let mut have = Vec::new();
+                while let Ok(n) = conn.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    have.extend_from_slice(&buf[..n]);
+                    while let Some(end) = have.windows(4).position(|w| w == b"\r\n\r\n") {
+                        have.drain(..end + 4);
+                        tick.tick().await;
+                        let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx").await;
+                    }
+                }
+            }
+        });
+        let target = Target { server, sources: vec![Ipv4Addr::LOCALHOST], max_conns: 1 };
+        let object = Object { name: "a.bin".into(), size: 1 };
+        let mix = Mix { classes: vec![Class { label: "one", share: 1.0, objects: vec![object] }] };
+        // Offered twice what it answers: the backlog and the median response
+        // time grow through the step.
+        let st = step(&target, &mix, 200.0, Duration::from_millis(800), 3).await.unwrap();
+        assert!(st.delivered > 80.0 && st.delivered < 115.0, "the server answers 100/s: {st:?}");
     }
 }
