@@ -90,7 +90,7 @@ struct Extents {
 /// What kept-file memory holds, for `/status`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct KeptUsage {
-    /// The memfd's length: the most its bodies may take.
+    /// The file's length: the most its bodies may take.
     pub capacity_bytes: u64,
     /// Pages taken by bodies (whole pages each), by freed bodies whose
     /// granule still holds others, and by any a failed hole retired.
