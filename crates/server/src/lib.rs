@@ -16,8 +16,8 @@
 //! `memory` (how `--cache` is divided), `observe` (`/metrics`, `/status`),
 //! `arena`, `huge_tmpfs`, `kept_memory` and `sendfile` (cache memory on a
 //! private tmpfs of huge pages, in a memfd or in an unlinked file on
-//! `--cache-dir`, and kept files' bodies in a memfd, sent with
-//! `sendfile(2)` instead of copied), `pacer` (a
+//! `--cache-dir`, and kept files' bodies on the same kind of private
+//! tmpfs or in a memfd, sent with `sendfile(2)` instead of copied), `pacer` (a
 //! storage read cap), `hitlane` (resident small objects answered before
 //! hyper sees the connection), `answers` (the lane's answers written with
 //! their bodies shared, not copied), `small` (whole small local files kept
