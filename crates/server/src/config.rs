@@ -34,7 +34,9 @@ pub struct ServeConfig {
     /// How long SIGTERM waits for downloads in progress.
     pub drain_timeout: Duration,
     /// Unsent bytes a cleartext connection may hold in the kernel
-    /// (TCP_NOTSENT_LOWAT); `None` leaves the system default. HTTPS
+    /// (TCP_NOTSENT_LOWAT), at least: raised to one bandwidth-delay
+    /// product of the connection (see `send_mark`); `None` leaves the
+    /// system default. HTTPS
     /// connections always keep the system default: their bytes also wait
     /// in rustls's buffer, and there the low mark cost a fifth of the
     /// server's CPU per byte (50 downloads of 1 GiB: 60 s of CPU with it,

@@ -111,9 +111,9 @@ impl SendfileStream {
     }
 
     /// Sets the mark `wanted` asks for when it changes, and while it is
-    /// paced raises it to the slack of the connection's delivery rate
-    /// every [`PACE_EVERY_WRITES`] write attempts (changes under an eighth
-    /// are not worth a system call).
+    /// paced raises it as its pace asks ([`send_mark::paced`]) every
+    /// [`PACE_EVERY_WRITES`] write attempts (changes under an eighth are
+    /// not worth a system call).
     fn follow_mark(&mut self, wanted: Mark) {
         let wanted = wanted.corked(false);
         let target = if wanted != self.mark {
@@ -121,14 +121,15 @@ impl SendfileStream {
             self.writes = 0;
             self.rate = send_mark::HeldRate::default();
             wanted.floor
-        } else if wanted.paced && wanted.floor != 0 {
+        } else if wanted.is_paced() {
             self.writes += 1;
             if self.writes < PACE_EVERY_WRITES {
                 return;
             }
             self.writes = 0;
-            let Some(rate) = send_mark::delivery_rate(&self.inner) else { return };
-            let target = send_mark::paced(wanted.floor, self.rate.sample(rate, std::time::Instant::now()));
+            let Some(mut sample) = send_mark::pace_sample(&self.inner) else { return };
+            sample.delivery_rate = self.rate.sample(sample.delivery_rate, std::time::Instant::now());
+            let target = send_mark::paced(wanted.floor, wanted.pace, sample);
             if target.abs_diff(self.applied) <= self.applied / 8 {
                 return;
             }
@@ -340,6 +341,7 @@ impl AsyncWrite for SendfileStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::send_mark::Pace;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// A loopback connection, and a task that reads all it receives.
@@ -391,14 +393,14 @@ mod tests {
         let mut out = SendfileStream::new(conn, Sendable::default()).with_activity(activity.clone());
         let mark = |out: &SendfileStream| socket2::SockRef::from(&out.inner).tcp_notsent_lowat().unwrap();
         let chunk = vec![1u8; 64 << 10];
-        activity.want_send_mark(Mark { floor: 16 << 10, paced: true, cork: false });
+        activity.want_send_mark(Mark { floor: 16 << 10, pace: Pace::Slack, cork: false });
         for _ in 0..4 * PACE_EVERY_WRITES {
             out.write_all(&chunk).await.unwrap();
         }
         // Loopback delivers gigabytes a second: 100 ms of that is past the
         // largest paced mark.
         assert!(mark(&out) > 16 << 10, "a paced mark stayed at {}", mark(&out));
-        activity.want_send_mark(Mark { floor: 16 << 10, paced: false, cork: false });
+        activity.want_send_mark(Mark { floor: 16 << 10, pace: Pace::Fixed, cork: false });
         for _ in 0..4 * PACE_EVERY_WRITES {
             out.write_all(&chunk).await.unwrap();
         }

@@ -130,8 +130,11 @@ pub struct Settings {
     #[arg(long, value_name = "N")]
     pub io_threads: Option<usize>,
     /// Unsent bytes per cleartext connection kept in the kernel (default
-    /// 128KiB; 0 = system default). Small values let the scheduler see
-    /// clients' real pace. HTTPS connections keep the system default.
+    /// 128KiB; 0 = system default), raised to one bandwidth-delay product
+    /// of the connection (up to 4 MiB) so that a long round trip does not
+    /// leave the window waiting for the server. Small values let the
+    /// scheduler see clients' real pace. HTTPS connections keep the system
+    /// default.
     #[arg(long, value_name = "SIZE")]
     pub send_lowat: Option<ByteSize>,
     /// The same while a cleartext HTTP/1.x response sends a file larger
