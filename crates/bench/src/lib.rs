@@ -159,9 +159,23 @@ pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> 
     move |source| BenchError::Io { what, source }
 }
 
-/// Runs a scenario by name; `log` receives progress lines.
+/// Runs a scenario by name; `log` receives progress lines. Ctrl-C stops
+/// it: its servers, lines and namespaces are removed on the way out.
 pub async fn run(name: &str, opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Result<Report, BenchError> {
     std::fs::create_dir_all(&opts.work).map_err(io_err(format!("creating {}", opts.work.display())))?;
+    tokio::select! {
+        report = run_scenario(name, opts, log) => report,
+        // Dropping the scenario drops its servers, network and lines, each
+        // of which removes itself.
+        _ = tokio::signal::ctrl_c() => Err(BenchError::Setup("interrupted: servers and namespaces removed".into())),
+    }
+}
+
+async fn run_scenario(
+    name: &str,
+    opts: &BenchOptions,
+    log: &mut (dyn FnMut(&str) + Send),
+) -> Result<Report, BenchError> {
     match name {
         "abuse" => abuse::run(opts, log).await,
         "amplification" => amplification::run(opts, amplification::Storage::Disk, log).await,

@@ -221,3 +221,107 @@ fn amplification_plain_reports_reads_beside_the_best_any_cache_could_do(links: &
     assert!(figure(nginx, "amplification") >= 0.99, "{report}");
     assert!(figure(nginx, "memory_peak_bytes") <= figure(nginx, "memory_limit_bytes"), "{report}");
 }
+
+/// Every process whose parent is `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.flatten().collect()).unwrap_or(Vec::new());
+    tasks
+        .iter()
+        .flat_map(|t| {
+            std::fs::read_to_string(t.path().join("children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(String::from)
+                .collect::<Vec<_>>()
+        })
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// Whether `pid` is still running (a zombie is not).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')))
+}
+
+/// Ctrl-C in the middle of a signature sweep stops it and removes what it
+/// started: the servers in the namespace, the namespace, the line. Before,
+/// the process died on the signal and left them all behind.
+#[test]
+fn an_interrupted_signature_sweep_removes_its_servers_and_namespace() {
+    if let Some(why) = skip_reason() {
+        eprintln!("\n*** SKIPPED: {why} ***\n");
+        return;
+    }
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let _turn = ONE_BENCH_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut bench = Command::new(BIN)
+        .args(["bench", "signature-overhead", "--at", "5", "--seconds", "0.5", "--json", "--work"])
+        .arg(dir.path())
+        .env("CIRCUS_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = bench.id();
+    let (lines, seen) = std::sync::mpsc::channel();
+    let stderr = std::io::BufReader::new(bench.stderr.take().unwrap());
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    // Its servers are up once it has probed their capacity.
+    let mut log = Vec::new();
+    while !log.iter().any(|l: &String| l.contains("capacity about")) {
+        log.push(
+            seen.recv_timeout(std::time::Duration::from_secs(120)).unwrap_or_else(|_| panic!("no probe: {log:?}")),
+        );
+    }
+    let servers = children(pid);
+    assert!(!servers.is_empty(), "no servers under the bench");
+    let namespace = format!("cbn{pid}");
+    let namespaces =
+        || String::from_utf8_lossy(&Command::new("ip").args(["netns", "list"]).output().unwrap().stdout).into_owned();
+    assert!(namespaces().contains(&namespace), "{}", namespaces());
+    #[allow(unsafe_code)]
+    // SAFETY: kill(2) with a child's pid and a signal number.
+    unsafe {
+        libc::kill(pid as i32, libc::SIGINT);
+    }
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = bench.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(30), "the bench did not stop on Ctrl-C");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(!status.success());
+    let left: Vec<u32> = servers.iter().copied().filter(|&p| running(p)).collect();
+    // What the bench left, the test stops: SIGTERM first (nginx's master
+    // then stops its workers), SIGKILL after 5 s.
+    for signal in [libc::SIGTERM, libc::SIGKILL] {
+        for &p in left.iter().filter(|&&p| running(p)) {
+            #[allow(unsafe_code)]
+            // SAFETY: as above.
+            unsafe {
+                libc::kill(p as i32, signal);
+            }
+        }
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while left.iter().any(|&p| running(p)) && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+    let namespace_left = namespaces().contains(&namespace);
+    if namespace_left {
+        let _ = Command::new("ip").args(["netns", "del", &namespace]).status();
+    }
+    assert!(left.is_empty(), "servers left running: {left:?}");
+    assert!(!namespace_left, "namespace {namespace} left behind");
+    // The rest of its log, to the end of its stderr.
+    let rest: Vec<String> = std::iter::from_fn(|| seen.recv_timeout(std::time::Duration::from_secs(5)).ok()).collect();
+    assert!(rest.iter().any(|l| l.contains("interrupted")), "{rest:?}");
+}
