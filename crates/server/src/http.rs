@@ -158,6 +158,9 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>, private: bool) -> Res
         return match origin.handle(req, head).await? {
             Answer::Response(res) => Ok(res),
             Answer::Native { file, headers } => {
+                if let Some(connection) = &connection {
+                    connection.want_send_mark(state.send_marks.native());
+                }
                 let index = file.index().await?;
                 let own = connection.is_some();
                 let mut res = native_response(&state.driver, &file, &index, req.headers(), head, own)?;
@@ -188,7 +191,7 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>, private: bool) -> Res
     if let Some(connection) = &connection {
         let marks = &state.send_marks;
         let native = circus_http::accept::wants_native(req.headers());
-        connection.want_send_mark(if native { marks.base() } else { marks.for_file(file.size) });
+        connection.want_send_mark(if native { marks.native() } else { marks.for_file(file.size) });
     }
     if let Some(res) = kept.and_then(|kept| kept_whole(&kept, req, head)) {
         return Ok(res);
