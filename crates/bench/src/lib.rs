@@ -107,10 +107,13 @@ pub async fn run_experiment(
         scenario.points.iter().map(|p| (p.warmup_s + p.measure_s + 10.0) * scenario.servers.len() as f64).sum();
     let limit = std::time::Duration::from_secs_f64(2.0 * planned + 60.0);
     tokio::select! {
+        // First, so that the signal is taken over before the run starts
+        // anything.
+        biased;
+        _ = tokio::signal::ctrl_c() => Err(BenchError::Setup("interrupted: servers, mounts and namespaces removed".into())),
         r = tokio::time::timeout(limit, experiment::run(scenario, opts, log)) => {
             r.map_err(|_| BenchError::Setup(format!("{} took longer than {} s: see the logs under {}", scenario.name, limit.as_secs(), opts.work.display())))?
         }
-        _ = tokio::signal::ctrl_c() => Err(BenchError::Setup("interrupted: servers, mounts and namespaces removed".into())),
     }
 }
 
@@ -164,10 +167,13 @@ pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> 
 pub async fn run(name: &str, opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Result<Report, BenchError> {
     std::fs::create_dir_all(&opts.work).map_err(io_err(format!("creating {}", opts.work.display())))?;
     tokio::select! {
-        report = run_scenario(name, opts, log) => report,
+        // First, so that the signal is taken over before the scenario
+        // starts anything.
+        biased;
+        _ = tokio::signal::ctrl_c() => Err(BenchError::Setup("interrupted: servers and namespaces removed".into())),
         // Dropping the scenario drops its servers, network and lines, each
         // of which removes itself.
-        _ = tokio::signal::ctrl_c() => Err(BenchError::Setup("interrupted: servers and namespaces removed".into())),
+        report = run_scenario(name, opts, log) => report,
     }
 }
 

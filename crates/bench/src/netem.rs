@@ -109,11 +109,17 @@ impl NetPlan {
              class add dev {vs} parent 1: classid 1:1 htb rate {link}bit ceil {link}bit\n\
              class add dev {vs} parent 1:1 classid 1:2 htb rate 1mbit ceil {link}bit\n"
         );
+        // A class sends at its own rate whatever its parent's, so clients
+        // whose links add up past the server's are each assured their share
+        // of it, and borrow up to their own link's rate.
+        let all: f64 = self.clients().map(|(_, _, bps)| bps).sum();
+        let share = (self.server_link_bps / all).min(1.0);
         for (n, ip, bps) in self.clients() {
             let class = format!("1:{:x}", 0x10 + n);
+            let rate = (bps * share).round() as u64;
             let bps = bps.round() as u64;
             out.push_str(&format!(
-                "class add dev {vs} parent 1:1 classid {class} htb rate {bps}bit ceil {bps}bit\n\
+                "class add dev {vs} parent 1:1 classid {class} htb rate {rate}bit ceil {bps}bit\n\
                  filter add dev {vs} parent 1: protocol ip prio 1 u32 match ip dst {ip}/32 flowid {class}\n"
             ));
             if let Some(limit) = slow_link_queue(bps as f64) {
@@ -400,6 +406,16 @@ mod tests {
         }
         assert_eq!(b.matches("filter add").count(), 4);
         assert!(!b.contains("pfifo"), "fast links keep HTB's default queue:\n{b}");
+    }
+
+    /// A child class sends at its own rate whatever its parent's: eight
+    /// clients each assured the whole link passed eight links' worth (the
+    /// 100 Mbit/s signature point carried twice its rate).
+    #[test]
+    fn clients_whose_links_add_up_past_the_servers_are_assured_their_share_of_it() {
+        let b = NetPlan { server_link_bps: 100e6, class_bps: vec![100e6], per_class: 8, ..plan() }.tc_batch();
+        assert!(b.contains("classid 1:10 htb rate 12500000bit ceil 100000000bit"), "{b}");
+        assert!(b.contains("classid 1:17 htb rate 12500000bit ceil 100000000bit"), "{b}");
     }
 
     #[test]

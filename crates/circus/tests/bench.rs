@@ -244,6 +244,32 @@ fn running(pid: u32) -> bool {
         .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')))
 }
 
+/// A bench under test: killed, and its namespace removed, when dropped
+/// (after it stopped on its own, both are already gone).
+struct Sweep {
+    pid: u32,
+    namespace: String,
+}
+
+impl Drop for Sweep {
+    fn drop(&mut self) {
+        if running(self.pid) {
+            // Its servers first (nginx's master stops its workers on
+            // SIGTERM), then the bench.
+            for (p, signal) in
+                children(self.pid).into_iter().map(|p| (p, libc::SIGTERM)).chain([(self.pid, libc::SIGKILL)])
+            {
+                #[allow(unsafe_code)]
+                // SAFETY: kill(2) with the pid of the test's child or its.
+                unsafe {
+                    libc::kill(p as i32, signal);
+                }
+            }
+        }
+        let _ = Command::new("ip").args(["netns", "del", &self.namespace]).stderr(std::process::Stdio::null()).status();
+    }
+}
+
 /// Ctrl-C in the middle of a signature sweep stops it and removes what it
 /// started: the servers in the namespace, the namespace, the line. Before,
 /// the process died on the signal and left them all behind.
@@ -265,6 +291,9 @@ fn an_interrupted_signature_sweep_removes_its_servers_and_namespace() {
         .spawn()
         .unwrap();
     let pid = bench.id();
+    let namespace = format!("cbn{pid}");
+    // However the test ends, the sweep ends with it.
+    let _sweep = Sweep { pid, namespace: namespace.clone() };
     let (lines, seen) = std::sync::mpsc::channel();
     let stderr = std::io::BufReader::new(bench.stderr.take().unwrap());
     std::thread::spawn(move || {
@@ -281,7 +310,6 @@ fn an_interrupted_signature_sweep_removes_its_servers_and_namespace() {
     }
     let servers = children(pid);
     assert!(!servers.is_empty(), "no servers under the bench");
-    let namespace = format!("cbn{pid}");
     let namespaces =
         || String::from_utf8_lossy(&Command::new("ip").args(["netns", "list"]).output().unwrap().stdout).into_owned();
     assert!(namespaces().contains(&namespace), "{}", namespaces());

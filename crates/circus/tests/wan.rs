@@ -39,7 +39,7 @@ fn most_unsent(namespace: String, stop: Arc<AtomicBool>) -> u64 {
                 most = most.max(n);
             }
         }
-        std::thread::sleep(Duration::from_millis(1));
+        std::thread::sleep(Duration::from_millis(10));
     }
     most
 }
@@ -85,6 +85,14 @@ fn across_a_long_round_trip_the_kernel_holds_a_round_trip_of_a_download_unsent()
     stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let mut conn = BufReader::new(stream);
     let stop = Arc::new(AtomicBool::new(false));
+    // Stops the sampler however the test ends.
+    struct Stop(Arc<AtomicBool>);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let _stop = Stop(stop.clone());
     let sampler = {
         let (namespace, stop) = (namespace.clone(), stop.clone());
         std::thread::spawn(move || most_unsent(namespace, stop))

@@ -9,15 +9,18 @@
 //! reader really is (rule C14). There the mark starts small (16 KiB) and
 //! is paced: raised to [`SLACK_NANOS`] of the connection's delivery rate,
 //! so that the link never idles while the server is late to refill it.
-//! Native downloads keep the connection's base mark (`--send-lowat`);
-//! other responses keep it raised to one bandwidth-delay product of the
-//! connection (its delivery rate times its minimum round trip): the kernel
-//! sends unsent bytes as acknowledgements open the congestion window, and
-//! a window's worth can open at once; a backlog smaller than that leaves
-//! the rest of the window idle until the server wakes to refill it. On a
-//! LAN the product is a few kilobytes and the base mark stands; across a
-//! WAN it is megabytes (at 20 ms one-way, a fixed 128 KiB made 16 MiB
-//! downloads at half load take 1.6-2.2 times nginx's time).
+//! Native downloads over HTTP/1.x keep the connection's base mark
+//! (`--send-lowat`); other responses, and HTTP/2 connections, keep it
+//! raised to one bandwidth-delay product of the connection (its delivery
+//! rate times its minimum round trip): the kernel sends unsent bytes as
+//! acknowledgements open the congestion window, and a window's worth can
+//! open at once; a backlog smaller than that leaves the rest of the window
+//! idle until the server wakes to refill it. On loopback and a 1 Gbit/s
+//! LAN the product is under the base mark, which stands (a 10 Gbit/s link
+//! at 100 us raises it to about 128 KiB); across a WAN it is megabytes (at
+//! 20 ms one-way, a fixed 128 KiB made 16 MiB downloads at half load take
+//! 1.6-2.2 times nginx's time). The kernel's send buffer bounds it as it
+//! bounds any server's (`tcp_wmem`).
 //! HTTPS connections keep the system default throughout (see `config.rs`).
 //!
 //! A long body also corks the socket (TCP_CORK) until its last bytes are
