@@ -32,9 +32,11 @@
 //! `listing` (directory pages), `nodelay` (Nagle off on client
 //! connections, set once on the listener where they inherit it),
 //! `send_mark` (how much unsent data each connection keeps in the kernel:
-//! little, so the scheduler sees readers' real positions, but for files
-//! larger than the cache 100 ms of the connection's rate, so a link never
-//! idles while the server is late), `gather` (an HTTP/2 connection's
+//! little, so the scheduler sees readers' real positions, but at least one
+//! bandwidth-delay product of the connection, so a long round trip does not
+//! leave the window waiting for the server, and for files larger than the
+//! cache 100 ms of the connection's rate, so a link never idles while the
+//! server is late), `gather` (an HTTP/2 connection's
 //! writes of one poll gathered into one system call), `lent` (the bodies
 //! of kept files lent to that writer, so their frames are gathered by
 //! reference rather than copied) and `linger` (a connection that ends with
