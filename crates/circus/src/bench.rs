@@ -63,7 +63,7 @@ pub struct BenchArgs {
     #[arg(long)]
     file_size: Option<ByteSize>,
     /// Seconds per timed load (https, defaults: default 5) or per step of
-    /// offered load (signature-*: default 2).
+    /// offered load (signature-*: default 1.5).
     #[arg(long)]
     seconds: Option<f64>,
     /// Alternating rounds of every load against each server (https, defaults).
@@ -207,7 +207,7 @@ pub fn main(args: BenchArgs) -> anyhow::Result<()> {
         cache: args.cache.map_or(64 << 20, |c| c.0),
         seed: args.seed,
         server_args: args.server_args.clone(),
-        seconds: args.seconds.unwrap_or(if name.starts_with("signature-") { 2.0 } else { 5.0 }),
+        seconds: args.seconds.unwrap_or(if name.starts_with("signature-") { 1.5 } else { 5.0 }),
         rounds: args.rounds.max(1),
         links: args.links.map(link_mode),
         at: args.at.clone(),

@@ -13,7 +13,9 @@
 //!
 //! Offered load follows one ladder for both servers: fractions of the
 //! higher of their capacities at the baseline, found first by doubling the
-//! rate until a step saturates. A curve stops once two steps deliver under
+//! rate until a step saturates, or of what a slower link can carry. A step
+//! lasts `--seconds`, longer where the rate is low (a slow link), so that
+//! it offers a few hundred requests. A curve stops once two steps deliver under
 //! 85% of what was offered; then each server's knee is narrowed by
 //! bisection between the highest rate it kept up with and the next, so
 //! that a saturation point is not the ladder's step (where the curve falls
@@ -108,10 +110,31 @@ impl Sweep {
             _ => Sweep::Bandwidth.values()[0] * 1e6,
         }
     }
+
+    /// The rates offered at `value`: [`LADDER`] of the baseline capacity
+    /// `top`, or of what the link can carry where that is less (requests
+    /// of `mean_bytes` back to back at the link's rate), so that a slow
+    /// link's curve has steps below its knee too.
+    pub fn ladder(self, value: f64, top: f64, mean_bytes: f64) -> Vec<f64> {
+        let link = self.link_bps(value) / 8.0 / mean_bytes;
+        let full = top.min(link);
+        LADDER.iter().map(|f| (f * full).round().max(1.0)).collect()
+    }
 }
 
-/// Fractions of the baseline capacity offered, in order.
-const LADDER: [f64; 9] = [0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25];
+/// Fractions of the capacity offered, in order. Coarse near the top: the
+/// knee steps narrow it.
+const LADDER: [f64; 8] = [0.1, 0.3, 0.5, 0.7, 0.85, 1.0, 1.15, 1.3];
+
+/// A step lasts long enough to offer this many requests (the `--seconds`
+/// it is given, longer on a slow link), up to [`LONGEST_STEP`].
+const STEP_REQUESTS: f64 = 400.0;
+const LONGEST_STEP: Duration = Duration::from_secs(10);
+
+/// How long a step offering `rate` lasts: at least `step_for`.
+fn step_time(rate: f64, step_for: Duration) -> Duration {
+    step_for.max(Duration::from_secs_f64(STEP_REQUESTS / rate).min(LONGEST_STEP))
+}
 
 /// A step delivering under this share of its offered load is past saturation.
 const KEEPS_UP: f64 = 0.85;
@@ -135,6 +158,15 @@ impl Curve {
     /// The most responses per second any step delivered.
     pub fn saturation(&self) -> f64 {
         self.steps.iter().chain(&self.knee).map(|s| s.delivered).fold(0.0, f64::max)
+    }
+
+    /// Whether every step delivered what it was offered (within
+    /// [`KEEPS_UP`]): the curve's top is then the ladder's, not a
+    /// saturation point. On a slow link both servers do: past the link's
+    /// rate its 16 MiB downloads stretch while the many small answers
+    /// still come, so response time, not the delivered rate, shows the knee.
+    pub fn kept_up_throughout(&self) -> bool {
+        self.steps.iter().chain(&self.knee).all(|s| s.delivered >= KEEPS_UP * s.offered)
     }
 
     /// Every step, the ladder's and the knee's, by offered rate.
@@ -219,7 +251,9 @@ pub async fn run(sweep: Sweep, opts: &BenchOptions, log: &mut (dyn FnMut(&str) +
     let total: u64 = mix.objects().map(|o| o.size).sum();
     let cache = (total / 15 * 16 + (64 << 20)).max(opts.cache);
     let step_for = Duration::from_secs_f64(opts.seconds);
-    let mut ladder: Option<Vec<f64>> = None;
+    let mut top: Option<f64> = None;
+    let started = std::time::Instant::now();
+    let mut log = |line: &str| log(&format!("[{:>4.0} s] {line}", started.elapsed().as_secs_f64()));
     let mut curves: Vec<Curve> = Vec::new();
     let values = sweep.measured(&opts.at)?;
     for (v, &value) in values.iter().enumerate() {
@@ -252,25 +286,25 @@ pub async fn run(sweep: Sweep, opts: &BenchOptions, log: &mut (dyn FnMut(&str) +
         for t in &targets {
             openloop::fetch_each(t, &mix).await?;
         }
-        let rates = match &ladder {
-            Some(l) => l.clone(),
+        let baseline = match top {
+            Some(t) => t,
             None => {
-                let mut top: f64 = 0.0;
+                let mut most: f64 = 0.0;
                 for (s, t) in servers.iter().zip(&targets) {
                     let c = capacity(t, &mix, opts.seed).await?;
-                    log(&format!("  {}: capacity about {c:.0} requests/s", s.name));
-                    top = top.max(c);
+                    log(&format!("{}: capacity about {c:.0} requests/s", s.name));
+                    most = most.max(c);
                 }
-                let l: Vec<f64> = LADDER.iter().map(|f| (f * top).round().max(1.0)).collect();
-                ladder = Some(l.clone());
-                l
+                *top.insert(most)
             }
         };
+        let rates = sweep.ladder(value, baseline, mix.mean_bytes());
         for (s, t) in servers.iter().zip(&targets) {
             let mut steps = Vec::new();
             let mut behind = 0;
             for (i, &rate) in rates.iter().enumerate() {
-                let st = measured(s, openloop::step(t, &mix, rate, step_for, opts.seed + i as u64)).await?;
+                let st =
+                    measured(s, openloop::step(t, &mix, rate, step_time(rate, step_for), opts.seed + i as u64)).await?;
                 let by_class: Vec<String> = mix
                     .classes
                     .iter()
@@ -308,8 +342,8 @@ pub async fn run(sweep: Sweep, opts: &BenchOptions, log: &mut (dyn FnMut(&str) +
             for k in 0..KNEE_STEPS {
                 let Some((low, high)) = knee(&curve.by_offered()) else { break };
                 let rate = ((low + high) / 2.0).round();
-                let st =
-                    measured(s, openloop::step(t, &mix, rate, step_for, opts.seed + (LADDER.len() + k) as u64)).await?;
+                let seed = opts.seed + (LADDER.len() + k) as u64;
+                let st = measured(s, openloop::step(t, &mix, rate, step_time(rate, step_for), seed)).await?;
                 log(&format!(
                     "{} {} = {value}: knee between {low:.0} and {high:.0}/s: offered {rate:.0}/s delivered {:.0}/s mean {:.3} ms",
                     s.name,
@@ -326,7 +360,7 @@ pub async fn run(sweep: Sweep, opts: &BenchOptions, log: &mut (dyn FnMut(&str) +
     let plot_path = opts.work.join(format!("signature-{}.svg", sweep.name()));
     plot::write(sweep, &curves, &plot_path)?;
     log(&format!("plot: {}", plot_path.display()));
-    Ok(report(sweep, &curves, &mix, opts, cache))
+    Ok(report(sweep, &curves, &mix, opts.seconds, cache))
 }
 
 /// `step` with the CPU that `server` and the whole machine spent on it.
@@ -357,7 +391,7 @@ async fn capacity(target: &Target, mix: &Mix, seed: u64) -> Result<f64, BenchErr
     Ok(best)
 }
 
-fn report(sweep: Sweep, curves: &[Curve], mix: &Mix, opts: &BenchOptions, cache: u64) -> Report {
+fn report(sweep: Sweep, curves: &[Curve], mix: &Mix, step_s: f64, cache: u64) -> Report {
     let names: std::collections::BTreeSet<&str> = curves.iter().map(|c| c.server.as_str()).collect();
     let rows = curves
         .iter()
@@ -369,6 +403,7 @@ fn report(sweep: Sweep, curves: &[Curve], mix: &Mix, opts: &BenchOptions, cache:
                 .with("light_p95_ms", c.light_p95_ms())
                 .with("steps", c.steps.len() as f64)
                 .with("knee_steps", c.knee.len() as f64)
+                .with("kept_up_every_step", f64::from(u8::from(c.kept_up_throughout())))
                 .with("half_load_server_cpu_us_per_req", c.half_load().map_or(f64::NAN, Step::server_us_per_req))
                 .with("half_load_machine_cpu_us_per_req", c.half_load().map_or(f64::NAN, Step::machine_us_per_req));
             mix.classes
@@ -379,10 +414,12 @@ fn report(sweep: Sweep, curves: &[Curve], mix: &Mix, opts: &BenchOptions, cache:
         .collect();
     let circus: Vec<&Curve> = curves.iter().filter(|c| c.server == "circus").collect();
     let nginx: Vec<&Curve> = curves.iter().filter(|c| c.server != "circus").collect();
+    // A curve that kept up with every step did not saturate on the
+    // ladder: its top is not below anything.
     let below: Vec<String> = circus
         .iter()
         .zip(&nginx)
-        .filter(|(c, n)| c.saturation() < n.saturation())
+        .filter(|(c, n)| !c.kept_up_throughout() && c.saturation() < n.saturation())
         .map(|(c, n)| format!("{} at {} ({:.0} < {:.0})", sweep.name(), c.value, c.saturation(), n.saturation()))
         .collect();
     let mut verdict = if below.is_empty() {
@@ -390,6 +427,17 @@ fn report(sweep: Sweep, curves: &[Curve], mix: &Mix, opts: &BenchOptions, cache:
     } else {
         format!("circus saturates below nginx at: {}", below.join(", "))
     };
+    for (name, set) in [("circus", &circus), ("nginx", &nginx)] {
+        let unsaturated: Vec<String> =
+            set.iter().filter(|c| c.kept_up_throughout()).map(|c| c.value.to_string()).collect();
+        if !unsaturated.is_empty() {
+            verdict.push_str(&format!(
+                "; {name} kept up with every step at {} {} (the ladder's top, not a saturation point)",
+                sweep.name(),
+                unsaturated.join(", ")
+            ));
+        }
+    }
     // What each server costs per request, apart from the noise of where
     // a curve falls: at half load, both keep up.
     let cost = |f: fn(&Step) -> f64| -> Vec<f64> {
@@ -439,11 +487,11 @@ fn report(sweep: Sweep, curves: &[Curve], mix: &Mix, opts: &BenchOptions, cache:
         setup: format!(
             "servers in a network namespace, every packet through an NFQUEUE line; open-loop Poisson load of \
              the content-server mix ({:.0} KiB per request on average; small/medium/large {}), offered in steps \
-             of {} s on one ladder for both servers; nginx {} workers (sendfile, tcp_nopush, open_file_cache), \
+             of {} s (longer where the rate is low, to offer {STEP_REQUESTS} requests) on one ladder for both servers; nginx {} workers (sendfile, tcp_nopush, open_file_cache), \
              circus defaults + --cache {cache}; servers: {}",
             mix.mean_bytes() / 1024.0,
             mix.classes.iter().map(|c| format!("{:.0}%", c.share * 100.0)).collect::<Vec<_>>().join("/"),
-            opts.seconds,
+            step_s,
             crate::procs::nginx_workers(),
             names.into_iter().collect::<Vec<_>>().join(", "),
         ),
@@ -496,6 +544,28 @@ mod tests {
     }
 
     #[test]
+    fn a_curve_that_kept_up_with_every_step_is_not_called_saturated_below_the_other() {
+        let step = |offered: f64, delivered: f64| Step { offered, delivered, ..Step::default() };
+        let curve =
+            |server: &str, steps: Vec<Step>| Curve { server: server.into(), value: 1000.0, steps, knee: vec![] };
+        // Link-bound: both kept up to the ladder's top, nginx's window a
+        // little luckier.
+        let circus = curve("circus", vec![step(100.0, 99.0), step(767.0, 734.0)]);
+        let nginx = curve("nginx", vec![step(100.0, 99.0), step(767.0, 745.0)]);
+        assert!(circus.kept_up_throughout() && nginx.kept_up_throughout());
+        let mix = Mix::content_server();
+        let verdict = report(Sweep::Bandwidth, &[circus.clone(), nginx], &mix, 1.5, 0).verdict;
+        assert!(verdict.starts_with("circus saturates at or above nginx"), "{verdict}");
+        assert!(verdict.contains("circus kept up with every step at bandwidth 1000"), "{verdict}");
+        // A curve that fell behind below the other's is below it.
+        let fell = curve("circus", vec![step(100.0, 99.0), step(767.0, 500.0)]);
+        let nginx = curve("nginx", vec![step(100.0, 99.0), step(767.0, 600.0)]);
+        assert!(!fell.kept_up_throughout());
+        let verdict = report(Sweep::Bandwidth, &[fell, nginx], &mix, 1.5, 0).verdict;
+        assert!(verdict.starts_with("circus saturates below nginx at: bandwidth at 1000 (500 < 600)"), "{verdict}");
+    }
+
+    #[test]
     fn the_slope_of_a_line_is_its_gradient() {
         assert!((slope(&[(0.0, 1.0), (1.0, 4.0), (2.0, 7.0)]) - 3.0).abs() < 1e-9);
         assert!(slope(&[(1.0, 1.0)]).is_nan());
@@ -526,6 +596,24 @@ mod tests {
         assert_eq!(Sweep::Latency.line(4000.0).delay, Duration::from_millis(4));
         assert_eq!(Sweep::Overhead.line(20.0).overhead, Duration::from_micros(20));
         assert_eq!(Sweep::Bandwidth.link_bps(100.0), 100e6);
+    }
+
+    #[test]
+    fn a_slow_link_gets_a_ladder_of_what_it_can_carry_and_steps_long_enough_to_offer_a_sample() {
+        let (top, mean) = (8000.0, 200_000.0);
+        // 40 and 10 Gbit/s carry the baseline's capacity: its ladder.
+        let baseline: Vec<f64> = LADDER.iter().map(|f| (f * top).round()).collect();
+        assert_eq!(Sweep::Bandwidth.ladder(40_000.0, top, mean), baseline);
+        assert_eq!(Sweep::Latency.ladder(40_000.0, top, mean), baseline);
+        // 100 Mbit/s carries 62.5 requests of 200 kB a second: the ladder
+        // climbs to 1.3 times that.
+        let slow = Sweep::Bandwidth.ladder(100.0, top, mean);
+        assert_eq!(slow.first(), Some(&6.0));
+        assert_eq!(slow.last(), Some(&81.0));
+        let two = Duration::from_secs(2);
+        assert_eq!(step_time(5000.0, two), two);
+        assert_eq!(step_time(100.0, two), Duration::from_secs(4));
+        assert_eq!(step_time(6.0, two), LONGEST_STEP);
     }
 
     #[test]
