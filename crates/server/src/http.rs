@@ -116,7 +116,7 @@ where
     match state.origin.as_ref().filter(|_| forwarded_to_origin(req.method())) {
         Some(origin) if host_field_ok(&req) => {
             let path = path();
-            origin.forward(req).await.unwrap_or_else(|e| failed(&path, &e))
+            Box::pin(origin.forward(req)).await.unwrap_or_else(|e| failed(&path, &e))
         }
         _ => match route(state, &req, private).await {
             Ok(res) => res,
@@ -155,13 +155,16 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>, private: bool) -> Res
         connection.want_send_mark(state.send_marks.base());
     }
     if let Some(origin) = &state.origin {
-        return match origin.handle(req, head).await? {
+        // The longer paths here are boxed (the origin's, a file looked up,
+        // read or indexed): an async fn is as large as its largest await,
+        // and a kept file's answer, the common case, awaits none of them.
+        return match Box::pin(origin.handle(req, head)).await? {
             Answer::Response(res) => Ok(res),
             Answer::Native { file, headers } => {
                 if let Some(connection) = &connection {
                     connection.want_send_mark(state.send_marks.native());
                 }
-                let index = file.index().await?;
+                let index = Box::pin(file.index()).await?;
                 let own = connection.is_some();
                 let mut res = native_response(&state.driver, &file, &index, req.headers(), head, own)?;
                 res.headers_mut().extend(headers);
@@ -174,7 +177,7 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>, private: bool) -> Res
     let kept = state.small.kept(&state.files, req.uri().path()).and_then(|k| Some((k.entry()?, k)));
     let (file, kept) = match kept {
         Some((file, kept)) => (file, Some(kept)),
-        None => match resolve(state, req.uri().path()).await? {
+        None => match Box::pin(resolve(state, req.uri().path())).await? {
             Resolved::File(file) => (file, None),
             Resolved::AddSlash => return Ok(add_slash(req.uri())),
             Resolved::Directory(dir) if state.files.listing() => {
@@ -208,7 +211,7 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>, private: bool) -> Res
         Precondition::NotModified => status_only(StatusCode::NOT_MODIFIED),
         Precondition::Failed => status_only(StatusCode::PRECONDITION_FAILED),
         Precondition::Proceed if circus_http::accept::wants_native(h) => {
-            native(state, req.uri().path(), &file, h, head, connection.is_some()).await?
+            Box::pin(native(state, req.uri().path(), &file, h, head, connection.is_some())).await?
         }
         Precondition::Proceed => {
             // Plain clients neither wait for nor start an index build (a
@@ -216,7 +219,7 @@ async fn route<B>(state: &Arc<AppState>, req: &Request<B>, private: bool) -> Res
             // file for the lane (up to 1 MiB) builds its index; their
             // responses carry Repr-Digest once one was built.
             let lender = req.extensions().get();
-            let res = plain(state, req.uri().path(), &file, h, head, lender, connection.is_some()).await;
+            let res = Box::pin(plain(state, req.uri().path(), &file, h, head, lender, connection.is_some())).await;
             // What only some may read is never kept for the hit lane.
             if !head && !private && res.status() == StatusCode::OK && state.small.wants(&file) {
                 let read = state.metrics.storage_read_bytes.clone();
