@@ -535,10 +535,7 @@ impl Connection {
                     res.headers_mut().insert(::http::header::CONNECTION, ::http::HeaderValue::from_static("close"));
                     res
                 } else {
-                    // Boxed: hyper moves each request's future (into its
-                    // stream, then to the executor) before its first poll,
-                    // and this block stays the size of what it captured.
-                    Box::pin(http::handle(state, req)).await
+                    http::handle(state, req).await
                 };
                 let res = match logged {
                     Some(pending) => pending.answered(res),
