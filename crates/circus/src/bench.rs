@@ -62,8 +62,9 @@ pub struct BenchArgs {
     /// scenarios: overrides every point's).
     #[arg(long)]
     file_size: Option<ByteSize>,
-    /// Seconds per timed load (https, defaults: default 5) or per step of
-    /// offered load (signature-*: default 1.5).
+    /// Seconds per timed load (https, defaults: default 5) or the least a
+    /// step of offered load lasts (signature-*: default 1.5; longer at low
+    /// rates, to offer 400 requests).
     #[arg(long)]
     seconds: Option<f64>,
     /// Alternating rounds of every load against each server (https, defaults).
