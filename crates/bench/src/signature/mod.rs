@@ -188,6 +188,33 @@ impl Curve {
         self.steps.first().map_or(f64::NAN, |s| s.mean_ms)
     }
 
+    /// Mean response time at the lightest step with each class weighted by
+    /// its share of the mix (`shares`), not by how many of its requests the
+    /// step happened to draw, ms. A 1.5 s light step draws about a dozen
+    /// 16 MiB downloads; three more or fewer move the plain mean at 40 ms
+    /// by a few percent, more than the servers differ. Where a class drew
+    /// no request, the plain mean.
+    pub fn light_mix_mean_ms(&self, shares: &[f64]) -> f64 {
+        let Some(step) = self.steps.first() else { return f64::NAN };
+        let weighted: f64 = shares.iter().zip(&step.class_mean_ms).map(|(share, ms)| share * ms).sum();
+        if step.class_mean_ms.len() == shares.len() && weighted.is_finite() { weighted } else { step.mean_ms }
+    }
+
+    /// The standard error of [`Curve::light_mix_mean_ms`], ms: each class's
+    /// own, weighted by its share (NaN where the plain mean stands in).
+    pub fn light_mix_mean_se_ms(&self, shares: &[f64]) -> f64 {
+        let Some(step) = self.steps.first() else { return f64::NAN };
+        if step.class_mean_se_ms.len() != shares.len() {
+            return f64::NAN;
+        }
+        shares.iter().zip(&step.class_mean_se_ms).map(|(share, se)| (share * se).powi(2)).sum::<f64>().sqrt()
+    }
+
+    /// Mean response time of class `class` at the lightest step, ms.
+    pub fn light_class_ms(&self, class: usize) -> f64 {
+        self.steps.first().and_then(|s| s.class_mean_ms.get(class).copied()).unwrap_or(f64::NAN)
+    }
+
     pub fn light_p95_ms(&self) -> f64 {
         self.steps.first().map_or(f64::NAN, |s| s.p95_ms)
     }
@@ -230,18 +257,48 @@ pub fn slope(points: &[(f64, f64)]) -> f64 {
     if den == 0.0 { f64::NAN } else { num / den }
 }
 
-/// The largest added latency (us) whose light-load mean response is
-/// within 10% of the baseline's: the edge of the insensitive region.
-pub fn insensitive_edge(curves: &[&Curve]) -> f64 {
-    let base = curves.first().map_or(f64::NAN, |c| c.light_mean_ms());
-    curves.iter().take_while(|c| c.light_mean_ms() <= base * 1.1).last().map_or(0.0, |c| c.value)
+/// The standard error of [`slope`] from each point's own (`se`, of its
+/// `y`): the slope is a sum of the `y`s, each weighted by how far its `x`
+/// lies from the mean.
+pub fn slope_error(points: &[(f64, f64)], se: &[f64]) -> f64 {
+    let n = points.len() as f64;
+    let mx = points.iter().map(|&(x, _)| x / n).sum::<f64>();
+    let sxx: f64 = points.iter().map(|&(x, _)| (x - mx).powi(2)).sum();
+    points.iter().zip(se).map(|(&(x, _), e)| ((x - mx) / sxx * e).powi(2)).sum::<f64>().sqrt()
 }
 
-/// Response time added per unit of added one-way latency, at light load,
-/// over the points from 1 ms up (the linear region).
-pub fn latency_sensitivity(curves: &[&Curve]) -> f64 {
+/// The largest added latency (us) whose light-load mean response (the
+/// mix's, [`Curve::light_mix_mean_ms`]) is within 10% of the baseline's:
+/// the edge of the insensitive region.
+pub fn insensitive_edge(curves: &[&Curve], shares: &[f64]) -> f64 {
+    let base = curves.first().map_or(f64::NAN, |c| c.light_mix_mean_ms(shares));
+    curves.iter().take_while(|c| c.light_mix_mean_ms(shares) <= base * 1.1).last().map_or(0.0, |c| c.value)
+}
+
+/// Response time added per unit of added one-way latency, at light load
+/// (the mix's mean, [`Curve::light_mix_mean_ms`]), over the points from
+/// 1 ms up (the linear region).
+pub fn latency_sensitivity(curves: &[&Curve], shares: &[f64]) -> f64 {
+    slope_from_1ms(curves, |c| c.light_mix_mean_ms(shares))
+}
+
+/// The standard error of [`latency_sensitivity`], from the light-load
+/// means' own: how far the draw of one run could move it.
+pub fn latency_sensitivity_error(curves: &[&Curve], shares: &[f64]) -> f64 {
+    let linear: Vec<&&Curve> = curves.iter().filter(|c| c.value >= 1000.0).collect();
+    let points: Vec<(f64, f64)> = linear.iter().map(|c| (c.value, c.light_mix_mean_ms(shares) * 1e3)).collect();
+    let se: Vec<f64> = linear.iter().map(|c| c.light_mix_mean_se_ms(shares) * 1e3).collect();
+    slope_error(&points, &se)
+}
+
+/// The same for one class of the mix alone.
+pub fn class_latency_sensitivity(curves: &[&Curve], class: usize) -> f64 {
+    slope_from_1ms(curves, |c| c.light_class_ms(class))
+}
+
+fn slope_from_1ms(curves: &[&Curve], light_ms: impl Fn(&Curve) -> f64) -> f64 {
     let points: Vec<(f64, f64)> =
-        curves.iter().filter(|c| c.value >= 1000.0).map(|c| (c.value, c.light_mean_ms() * 1e3)).collect();
+        curves.iter().filter(|c| c.value >= 1000.0).map(|c| (c.value, light_ms(c) * 1e3)).collect();
     slope(&points)
 }
 
@@ -399,6 +456,7 @@ async fn capacity(target: &Target, mix: &Mix, seed: u64) -> Result<f64, BenchErr
 }
 
 fn report(sweep: Sweep, curves: &[Curve], mix: &Mix, step_s: f64, cache: u64) -> Report {
+    let shares: Vec<f64> = mix.classes.iter().map(|c| c.share).collect();
     let names: std::collections::BTreeSet<&str> = curves.iter().map(|c| c.server.as_str()).collect();
     let rows = curves
         .iter()
@@ -407,16 +465,18 @@ fn report(sweep: Sweep, curves: &[Curve], mix: &Mix, step_s: f64, cache: u64) ->
                 .with(sweep.name(), c.value)
                 .with("saturation_ops_s", c.saturation())
                 .with("light_mean_ms", c.light_mean_ms())
+                .with("light_mix_mean_ms", c.light_mix_mean_ms(&shares))
+                .with("light_mix_mean_se_ms", c.light_mix_mean_se_ms(&shares))
                 .with("light_p95_ms", c.light_p95_ms())
                 .with("steps", c.steps.len() as f64)
                 .with("knee_steps", c.knee.len() as f64)
                 .with("kept_up_at_top", f64::from(u8::from(c.kept_up_at_top())))
                 .with("half_load_server_cpu_us_per_req", c.half_load().map_or(f64::NAN, Step::server_us_per_req))
                 .with("half_load_machine_cpu_us_per_req", c.half_load().map_or(f64::NAN, Step::machine_us_per_req));
-            mix.classes
-                .iter()
-                .enumerate()
-                .fold(row, |r, (i, class)| r.with(&format!("half_load_{}_ms", class.label), c.half_load_class_ms(i)))
+            mix.classes.iter().enumerate().fold(row, |r, (i, class)| {
+                r.with(&format!("light_{}_ms", class.label), c.light_class_ms(i))
+                    .with(&format!("half_load_{}_ms", class.label), c.half_load_class_ms(i))
+            })
         })
         .collect();
     let circus: Vec<&Curve> = curves.iter().filter(|c| c.server == "circus").collect();
@@ -471,10 +531,19 @@ fn report(sweep: Sweep, curves: &[Curve], mix: &Mix, step_s: f64, cache: u64) ->
                 mix.model_latency_slope()
             ));
             for (name, set) in [("circus", &circus), ("nginx", &nginx)] {
+                let by_class: Vec<String> = mix
+                    .classes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, class)| format!("{} {:.2}", class.label, class_latency_sensitivity(set, i)))
+                    .collect();
                 verdict.push_str(&format!(
-                    "; {name}: light-load response grows {:.2} x the added latency from 1 ms, insensitive up to {} us",
-                    latency_sensitivity(set),
-                    insensitive_edge(set),
+                    "; {name}: light-load response (the mix's mean) grows {:.2} x (standard error {:.2}) the added \
+                     latency from 1 ms ({}), insensitive up to {} us",
+                    latency_sensitivity(set, &shares),
+                    latency_sensitivity_error(set, &shares),
+                    by_class.join(", "),
+                    insensitive_edge(set, &shares),
                 ));
             }
         }
@@ -590,9 +659,50 @@ mod tests {
             .map(|&l| curve(l, if l <= 150.0 { 0.3 } else { 0.3 + 3.0 * l / 1e3 }, 1000.0))
             .collect();
         let refs: Vec<&Curve> = curves.iter().collect();
-        assert!((latency_sensitivity(&refs) - 3.0).abs() < 1e-9);
-        assert_eq!(insensitive_edge(&refs), 150.0);
+        // No class means: the plain mean.
+        let shares = [0.85, 0.14, 0.01];
+        assert!((latency_sensitivity(&refs, &shares) - 3.0).abs() < 1e-9);
+        assert_eq!(insensitive_edge(&refs, &shares), 150.0);
         assert_eq!(curves[0].saturation(), 1000.0);
+    }
+
+    #[test]
+    fn the_light_load_mean_weights_each_class_by_its_share_not_by_what_the_step_drew() {
+        // Small answers take 1 ms + L, medium 2 ms + 2 L, large 100 ms +
+        // 10 L; the step drew twice the large share, so its plain mean
+        // runs high and its slope with it.
+        let shares = [0.85, 0.14, 0.01];
+        let curves: Vec<Curve> = [0.0, 1000.0, 10_000.0, 40_000.0]
+            .iter()
+            .map(|&l| {
+                let ms = l / 1e3;
+                let class_mean_ms = vec![1.0 + ms, 2.0 + 2.0 * ms, 100.0 + 10.0 * ms];
+                let class_mean_se_ms = vec![0.1, 1.0, 10.0];
+                let drawn = [0.84, 0.14, 0.02];
+                let mean_ms = drawn.iter().zip(&class_mean_ms).map(|(d, m)| d * m).sum();
+                let step =
+                    Step { offered: 100.0, delivered: 100.0, mean_ms, class_mean_ms, class_mean_se_ms, ..Step::default() };
+                Curve { server: "circus".into(), value: l, steps: vec![step], knee: vec![] }
+            })
+            .collect();
+        let refs: Vec<&Curve> = curves.iter().collect();
+        // 0.85 x 1 + 0.14 x 2 + 0.01 x 10 = 1.23; the draw would say 1.32.
+        assert!((latency_sensitivity(&refs, &shares) - 1.23).abs() < 1e-9);
+        assert!((curves[1].light_mix_mean_ms(&shares) - (0.85 * 2.0 + 0.14 * 4.0 + 0.01 * 110.0)).abs() < 1e-9);
+        assert!((class_latency_sensitivity(&refs, 2) - 10.0).abs() < 1e-9);
+        // Each light mean's error: sqrt(0.085^2 + 0.14^2 + 0.1^2) ms; the
+        // slope's, over the points from 1 ms at 1, 10 and 40 ms.
+        let se = (0.085f64.powi(2) + 0.14f64.powi(2) + 0.1f64.powi(2)).sqrt();
+        assert!((curves[1].light_mix_mean_se_ms(&shares) - se).abs() < 1e-12);
+        let xs = [1000.0, 10_000.0, 40_000.0];
+        let mx = xs.iter().sum::<f64>() / 3.0;
+        let sxx: f64 = xs.iter().map(|x| (x - mx).powi(2)).sum();
+        let expected = xs.iter().map(|x| ((x - mx) / sxx * se * 1e3).powi(2)).sum::<f64>().sqrt();
+        assert!((latency_sensitivity_error(&refs, &shares) - expected).abs() < 1e-12);
+        // A class that drew nothing: the plain mean.
+        let mut sparse = curves[1].clone();
+        sparse.steps[0].class_mean_ms[2] = f64::NAN;
+        assert_eq!(sparse.light_mix_mean_ms(&shares), sparse.steps[0].mean_ms);
     }
 
     #[test]

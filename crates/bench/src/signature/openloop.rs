@@ -56,6 +56,8 @@ pub struct Step {
     /// Mean response time of each class of the mix, in its order, over
     /// the requests answered.
     pub class_mean_ms: Vec<f64>,
+    /// The standard error of each class's mean, ms (NaN under two answers).
+    pub class_mean_se_ms: Vec<f64>,
     /// Requests of each class that failed or were never answered: a
     /// class's mean leaves them out.
     pub class_unanswered: Vec<u64>,
@@ -139,7 +141,7 @@ pub async fn step(target: &Target, mix: &Mix, rate: f64, duration: Duration, see
     let mut latencies: Vec<Duration> = Vec::new();
     // When each answer arrived, seconds from the start.
     let mut arrivals: Vec<f64> = Vec::new();
-    let mut by_class = vec![(0.0f64, 0u64); classes];
+    let mut by_class = vec![Tally::default(); classes];
     let mut released_by_class = vec![0u64; classes];
     let mut failed = 0u64;
     let mut saturated = false;
@@ -198,8 +200,9 @@ pub async fn step(target: &Target, mix: &Mix, rate: f64, duration: Duration, see
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let mean_ms = latencies.iter().map(|&d| ms(d)).sum::<f64>() / latencies.len().max(1) as f64;
     let p95_ms = latencies.get(latencies.len() * 95 / 100).map_or(0.0, |&d| ms(d));
-    let class_mean_ms = by_class.iter().map(|&(sum, n)| if n == 0 { f64::NAN } else { sum / n as f64 }).collect();
-    let class_unanswered = released_by_class.iter().zip(&by_class).map(|(r, (_, n))| r - n).collect();
+    let class_mean_ms = by_class.iter().map(Tally::mean).collect();
+    let class_mean_se_ms = by_class.iter().map(Tally::standard_error).collect();
+    let class_unanswered = released_by_class.iter().zip(&by_class).map(|(r, t)| r - t.n).collect();
     Ok(Step {
         offered: rate,
         delivered: in_window as f64 / offered_for.max(f64::MIN_POSITIVE),
@@ -207,6 +210,7 @@ pub async fn step(target: &Target, mix: &Mix, rate: f64, duration: Duration, see
         mean_ms,
         p95_ms,
         class_mean_ms,
+        class_mean_se_ms,
         class_unanswered,
         failed,
         saturated,
@@ -216,20 +220,50 @@ pub async fn step(target: &Target, mix: &Mix, rate: f64, duration: Duration, see
     })
 }
 
+/// One class's response times, ms: enough for their mean and its
+/// standard error.
+#[derive(Debug, Clone, Copy, Default)]
+struct Tally {
+    sum: f64,
+    sum_sq: f64,
+    n: u64,
+}
+
+impl Tally {
+    fn add(&mut self, ms: f64) {
+        self.sum += ms;
+        self.sum_sq += ms * ms;
+        self.n += 1;
+    }
+
+    fn mean(&self) -> f64 {
+        if self.n == 0 { f64::NAN } else { self.sum / self.n as f64 }
+    }
+
+    /// The sample standard deviation over the root of the count.
+    fn standard_error(&self) -> f64 {
+        if self.n < 2 {
+            return f64::NAN;
+        }
+        let n = self.n as f64;
+        let variance = ((self.sum_sq - self.sum * self.sum / n) / (n - 1.0)).max(0.0);
+        (variance / n).sqrt()
+    }
+}
+
 /// Counts one answer: its response time overall and in its class's sum
 /// (ms), or a failure.
 fn record(
     class: usize,
     outcome: Option<Duration>,
     latencies: &mut Vec<Duration>,
-    by_class: &mut [(f64, u64)],
+    by_class: &mut [Tally],
     failed: &mut u64,
 ) {
     match outcome {
         Some(l) => {
             latencies.push(l);
-            by_class[class].0 += l.as_secs_f64() * 1e3;
-            by_class[class].1 += 1;
+            by_class[class].add(l.as_secs_f64() * 1e3);
         }
         None => *failed += 1,
     }
@@ -293,6 +327,18 @@ async fn exchange(pool: &Pool, request: &[u8]) -> Result<(), BenchError> {
 mod tests {
     use super::*;
     use crate::signature::mix::{Class, Object};
+
+    #[test]
+    fn a_tally_gives_the_mean_and_its_standard_error() {
+        let mut t = Tally::default();
+        assert!(t.mean().is_nan() && t.standard_error().is_nan());
+        for ms in [2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0] {
+            t.add(ms);
+        }
+        assert_eq!(t.mean(), 5.0);
+        // Sample variance 32 / 7, over 8 answers.
+        assert!((t.standard_error() - (32.0f64 / 7.0 / 8.0).sqrt()).abs() < 1e-12);
+    }
 
     /// A server on loopback answering every request at once, but the
     /// tenth after `late`.
