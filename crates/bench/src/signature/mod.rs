@@ -210,6 +210,12 @@ impl Curve {
         shares.iter().zip(&step.class_mean_se_ms).map(|(share, se)| (share * se).powi(2)).sum::<f64>().sqrt()
     }
 
+    /// The 95th percentile response time of class `class` at the lightest
+    /// step, ms.
+    pub fn light_class_p95_ms(&self, class: usize) -> f64 {
+        self.steps.first().and_then(|s| s.class_p95_ms.get(class).copied()).unwrap_or(f64::NAN)
+    }
+
     /// Mean response time of class `class` at the lightest step, ms.
     pub fn light_class_ms(&self, class: usize) -> f64 {
         self.steps.first().and_then(|s| s.class_mean_ms.get(class).copied()).unwrap_or(f64::NAN)
@@ -372,10 +378,10 @@ pub async fn run(sweep: Sweep, opts: &BenchOptions, log: &mut (dyn FnMut(&str) +
                 let by_class: Vec<String> = mix
                     .classes
                     .iter()
-                    .zip(st.class_mean_ms.iter().zip(&st.class_unanswered))
-                    .map(|(c, (ms, &lost))| {
+                    .zip(st.class_mean_ms.iter().zip(&st.class_p95_ms).zip(&st.class_unanswered))
+                    .map(|(c, ((ms, p95), &lost))| {
                         let lost = if lost > 0 { format!(" ({lost} unanswered)") } else { String::new() };
-                        format!("{} {ms:.2}{lost}", c.label)
+                        format!("{} {ms:.2} p95 {p95:.2}{lost}", c.label)
                     })
                     .collect();
                 log(&format!(
@@ -475,6 +481,7 @@ fn report(sweep: Sweep, curves: &[Curve], mix: &Mix, step_s: f64, cache: u64) ->
                 .with("half_load_machine_cpu_us_per_req", c.half_load().map_or(f64::NAN, Step::machine_us_per_req));
             mix.classes.iter().enumerate().fold(row, |r, (i, class)| {
                 r.with(&format!("light_{}_ms", class.label), c.light_class_ms(i))
+                    .with(&format!("light_{}_p95_ms", class.label), c.light_class_p95_ms(i))
                     .with(&format!("half_load_{}_ms", class.label), c.half_load_class_ms(i))
             })
         })

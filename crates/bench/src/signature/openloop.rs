@@ -58,6 +58,8 @@ pub struct Step {
     pub class_mean_ms: Vec<f64>,
     /// The standard error of each class's mean, ms (NaN under two answers).
     pub class_mean_se_ms: Vec<f64>,
+    /// Each class's 95th percentile response time, ms.
+    pub class_p95_ms: Vec<f64>,
     /// Requests of each class that failed or were never answered: a
     /// class's mean leaves them out.
     pub class_unanswered: Vec<u64>,
@@ -202,7 +204,8 @@ pub async fn step(target: &Target, mix: &Mix, rate: f64, duration: Duration, see
     let p95_ms = latencies.get(latencies.len() * 95 / 100).map_or(0.0, |&d| ms(d));
     let class_mean_ms = by_class.iter().map(Tally::mean).collect();
     let class_mean_se_ms = by_class.iter().map(Tally::standard_error).collect();
-    let class_unanswered = released_by_class.iter().zip(&by_class).map(|(r, t)| r - t.n).collect();
+    let class_p95_ms = by_class.iter().map(Tally::p95).collect();
+    let class_unanswered = released_by_class.iter().zip(&by_class).map(|(r, t)| r - t.count()).collect();
     Ok(Step {
         offered: rate,
         delivered: in_window as f64 / offered_for.max(f64::MIN_POSITIVE),
@@ -211,6 +214,7 @@ pub async fn step(target: &Target, mix: &Mix, rate: f64, duration: Duration, see
         p95_ms,
         class_mean_ms,
         class_mean_se_ms,
+        class_p95_ms,
         class_unanswered,
         failed,
         saturated,
@@ -220,34 +224,40 @@ pub async fn step(target: &Target, mix: &Mix, rate: f64, duration: Duration, see
     })
 }
 
-/// One class's response times, ms: enough for their mean and its
-/// standard error.
-#[derive(Debug, Clone, Copy, Default)]
+/// One class's response times, ms.
+#[derive(Debug, Clone, Default)]
 struct Tally {
-    sum: f64,
-    sum_sq: f64,
-    n: u64,
+    times: Vec<f64>,
 }
 
 impl Tally {
     fn add(&mut self, ms: f64) {
-        self.sum += ms;
-        self.sum_sq += ms * ms;
-        self.n += 1;
+        self.times.push(ms);
+    }
+
+    fn count(&self) -> u64 {
+        self.times.len() as u64
     }
 
     fn mean(&self) -> f64 {
-        if self.n == 0 { f64::NAN } else { self.sum / self.n as f64 }
+        if self.times.is_empty() { f64::NAN } else { self.times.iter().sum::<f64>() / self.times.len() as f64 }
     }
 
     /// The sample standard deviation over the root of the count.
     fn standard_error(&self) -> f64 {
-        if self.n < 2 {
+        let n = self.times.len() as f64;
+        if n < 2.0 {
             return f64::NAN;
         }
-        let n = self.n as f64;
-        let variance = ((self.sum_sq - self.sum * self.sum / n) / (n - 1.0)).max(0.0);
+        let mean = self.mean();
+        let variance = self.times.iter().map(|t| (t - mean).powi(2)).sum::<f64>() / (n - 1.0);
         (variance / n).sqrt()
+    }
+
+    fn p95(&self) -> f64 {
+        let mut sorted = self.times.clone();
+        sorted.sort_unstable_by(f64::total_cmp);
+        sorted.get(sorted.len() * 95 / 100).copied().unwrap_or(f64::NAN)
     }
 }
 
@@ -338,6 +348,7 @@ mod tests {
         assert_eq!(t.mean(), 5.0);
         // Sample variance 32 / 7, over 8 answers.
         assert!((t.standard_error() - (32.0f64 / 7.0 / 8.0).sqrt()).abs() < 1e-12);
+        assert_eq!(t.p95(), 9.0);
     }
 
     /// A server on loopback answering every request at once, but the
