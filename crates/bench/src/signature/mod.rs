@@ -687,8 +687,14 @@ mod tests {
                 let class_mean_se_ms = vec![0.1, 1.0, 10.0];
                 let drawn = [0.84, 0.14, 0.02];
                 let mean_ms = drawn.iter().zip(&class_mean_ms).map(|(d, m)| d * m).sum();
-                let step =
-                    Step { offered: 100.0, delivered: 100.0, mean_ms, class_mean_ms, class_mean_se_ms, ..Step::default() };
+                let step = Step {
+                    offered: 100.0,
+                    delivered: 100.0,
+                    mean_ms,
+                    class_mean_ms,
+                    class_mean_se_ms,
+                    ..Step::default()
+                };
                 Curve { server: "circus".into(), value: l, steps: vec![step], knee: vec![] }
             })
             .collect();
