@@ -25,6 +25,7 @@
 mod mix;
 mod openloop;
 mod plot;
+mod sensitivity;
 
 use crate::{
     BenchError, BenchOptions, Report, Row,
@@ -35,6 +36,7 @@ use crate::{
 };
 use mix::Mix;
 use openloop::{Step, Target};
+use sensitivity::{class_latency_sensitivity, insensitive_edge, latency_sensitivity, latency_sensitivity_error, slope};
 use std::time::Duration;
 
 /// What a sweep varies.
@@ -188,28 +190,6 @@ impl Curve {
         self.steps.first().map_or(f64::NAN, |s| s.mean_ms)
     }
 
-    /// Mean response time at the lightest step with each class weighted by
-    /// its share of the mix (`shares`), not by how many of its requests the
-    /// step happened to draw, ms. A 1.5 s light step draws about a dozen
-    /// 16 MiB downloads; three more or fewer move the plain mean at 40 ms
-    /// by a few percent, more than the servers differ. Where a class drew
-    /// no request, the plain mean.
-    pub fn light_mix_mean_ms(&self, shares: &[f64]) -> f64 {
-        let Some(step) = self.steps.first() else { return f64::NAN };
-        let weighted: f64 = shares.iter().zip(&step.class_mean_ms).map(|(share, ms)| share * ms).sum();
-        if step.class_mean_ms.len() == shares.len() && weighted.is_finite() { weighted } else { step.mean_ms }
-    }
-
-    /// The standard error of [`Curve::light_mix_mean_ms`], ms: each class's
-    /// own, weighted by its share (NaN where the plain mean stands in).
-    pub fn light_mix_mean_se_ms(&self, shares: &[f64]) -> f64 {
-        let Some(step) = self.steps.first() else { return f64::NAN };
-        if step.class_mean_se_ms.len() != shares.len() {
-            return f64::NAN;
-        }
-        shares.iter().zip(&step.class_mean_se_ms).map(|(share, se)| (share * se).powi(2)).sum::<f64>().sqrt()
-    }
-
     /// The 95th percentile response time of class `class` at the lightest
     /// step, ms.
     pub fn light_class_p95_ms(&self, class: usize) -> f64 {
@@ -253,59 +233,6 @@ pub fn knee(steps: &[&Step]) -> Option<(f64, f64)> {
         .map(|s| s.offered)
         .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.min(r))))?;
     Some((low, high))
-}
-
-/// The least-squares slope of `y` against `x`.
-pub fn slope(points: &[(f64, f64)]) -> f64 {
-    let n = points.len() as f64;
-    let (mx, my) = points.iter().fold((0.0, 0.0), |(a, b), &(x, y)| (a + x / n, b + y / n));
-    let (num, den) = points.iter().fold((0.0, 0.0), |(a, b), &(x, y)| (a + (x - mx) * (y - my), b + (x - mx).powi(2)));
-    if den == 0.0 { f64::NAN } else { num / den }
-}
-
-/// The standard error of [`slope`] from each point's own (`se`, of its
-/// `y`): the slope is a sum of the `y`s, each weighted by how far its `x`
-/// lies from the mean.
-pub fn slope_error(points: &[(f64, f64)], se: &[f64]) -> f64 {
-    let n = points.len() as f64;
-    let mx = points.iter().map(|&(x, _)| x / n).sum::<f64>();
-    let sxx: f64 = points.iter().map(|&(x, _)| (x - mx).powi(2)).sum();
-    points.iter().zip(se).map(|(&(x, _), e)| ((x - mx) / sxx * e).powi(2)).sum::<f64>().sqrt()
-}
-
-/// The largest added latency (us) whose light-load mean response (the
-/// mix's, [`Curve::light_mix_mean_ms`]) is within 10% of the baseline's:
-/// the edge of the insensitive region.
-pub fn insensitive_edge(curves: &[&Curve], shares: &[f64]) -> f64 {
-    let base = curves.first().map_or(f64::NAN, |c| c.light_mix_mean_ms(shares));
-    curves.iter().take_while(|c| c.light_mix_mean_ms(shares) <= base * 1.1).last().map_or(0.0, |c| c.value)
-}
-
-/// Response time added per unit of added one-way latency, at light load
-/// (the mix's mean, [`Curve::light_mix_mean_ms`]), over the points from
-/// 1 ms up (the linear region).
-pub fn latency_sensitivity(curves: &[&Curve], shares: &[f64]) -> f64 {
-    slope_from_1ms(curves, |c| c.light_mix_mean_ms(shares))
-}
-
-/// The standard error of [`latency_sensitivity`], from the light-load
-/// means' own: how far the draw of one run could move it.
-pub fn latency_sensitivity_error(curves: &[&Curve], shares: &[f64]) -> f64 {
-    let linear: Vec<&&Curve> = curves.iter().filter(|c| c.value >= 1000.0).collect();
-    let points: Vec<(f64, f64)> = linear.iter().map(|c| (c.value, c.light_mix_mean_ms(shares) * 1e3)).collect();
-    let se: Vec<f64> = linear.iter().map(|c| c.light_mix_mean_se_ms(shares) * 1e3).collect();
-    slope_error(&points, &se)
-}
-
-/// The same for one class of the mix alone.
-pub fn class_latency_sensitivity(curves: &[&Curve], class: usize) -> f64 {
-    slope_from_1ms(curves, |c| c.light_class_ms(class))
-}
-
-fn slope_from_1ms(curves: &[&Curve], light_ms: impl Fn(&Curve) -> f64) -> f64 {
-    let points: Vec<(f64, f64)> =
-        curves.iter().filter(|c| c.value >= 1000.0).map(|c| (c.value, light_ms(c) * 1e3)).collect();
-    slope(&points)
 }
 
 pub async fn run(sweep: Sweep, opts: &BenchOptions, log: &mut (dyn FnMut(&str) + Send)) -> Result<Report, BenchError> {
@@ -545,8 +472,8 @@ fn report(sweep: Sweep, curves: &[Curve], mix: &Mix, step_s: f64, cache: u64) ->
                     .map(|(i, class)| format!("{} {:.2}", class.label, class_latency_sensitivity(set, i)))
                     .collect();
                 verdict.push_str(&format!(
-                    "; {name}: light-load response (the mix's mean) grows {:.2} x (standard error {:.2}) the added \
-                     latency from 1 ms ({}), insensitive up to {} us",
+                    "; {name}: light-load response (the mix's mean) grows {:.2} x (standard error within the run \
+                     {:.2}) the added latency from 1 ms ({}), insensitive up to {} us",
                     latency_sensitivity(set, &shares),
                     latency_sensitivity_error(set, &shares),
                     by_class.join(", "),
@@ -586,16 +513,6 @@ fn report(sweep: Sweep, curves: &[Curve], mix: &Mix, step_s: f64, cache: u64) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn curve(value: f64, light_ms: f64, peak: f64) -> Curve {
-        let step = |delivered: f64, mean_ms: f64| Step { offered: delivered, delivered, mean_ms, ..Step::default() };
-        Curve {
-            server: "circus".into(),
-            value,
-            steps: vec![step(peak / 10.0, light_ms), step(peak, light_ms * 5.0)],
-            knee: Vec::new(),
-        }
-    }
 
     #[test]
     fn the_knee_lies_between_the_highest_rate_kept_up_with_and_the_next_one_missed() {
@@ -650,72 +567,6 @@ mod tests {
         let verdict =
             report(Sweep::Bandwidth, &[curve("circus", vec![step(767.0, 640.0)]), nginx], &mix, 1.5, 0).verdict;
         assert!(verdict.starts_with("circus saturates at or above nginx at every bandwidth tested"), "{verdict}");
-    }
-
-    #[test]
-    fn the_slope_of_a_line_is_its_gradient() {
-        assert!((slope(&[(0.0, 1.0), (1.0, 4.0), (2.0, 7.0)]) - 3.0).abs() < 1e-9);
-        assert!(slope(&[(1.0, 1.0)]).is_nan());
-    }
-
-    #[test]
-    fn latency_sensitivity_and_the_insensitive_edge_come_from_light_load() {
-        // 0.3 ms flat up to 150 us, then 3 x the added latency.
-        let curves: Vec<Curve> = [0.0, 10.0, 150.0, 1000.0, 4000.0, 10_000.0]
-            .iter()
-            .map(|&l| curve(l, if l <= 150.0 { 0.3 } else { 0.3 + 3.0 * l / 1e3 }, 1000.0))
-            .collect();
-        let refs: Vec<&Curve> = curves.iter().collect();
-        // No class means: the plain mean.
-        let shares = [0.85, 0.14, 0.01];
-        assert!((latency_sensitivity(&refs, &shares) - 3.0).abs() < 1e-9);
-        assert_eq!(insensitive_edge(&refs, &shares), 150.0);
-        assert_eq!(curves[0].saturation(), 1000.0);
-    }
-
-    #[test]
-    fn the_light_load_mean_weights_each_class_by_its_share_not_by_what_the_step_drew() {
-        // Small answers take 1 ms + L, medium 2 ms + 2 L, large 100 ms +
-        // 10 L; the step drew twice the large share, so its plain mean
-        // runs high and its slope with it.
-        let shares = [0.85, 0.14, 0.01];
-        let curves: Vec<Curve> = [0.0, 1000.0, 10_000.0, 40_000.0]
-            .iter()
-            .map(|&l| {
-                let ms = l / 1e3;
-                let class_mean_ms = vec![1.0 + ms, 2.0 + 2.0 * ms, 100.0 + 10.0 * ms];
-                let class_mean_se_ms = vec![0.1, 1.0, 10.0];
-                let drawn = [0.84, 0.14, 0.02];
-                let mean_ms = drawn.iter().zip(&class_mean_ms).map(|(d, m)| d * m).sum();
-                let step = Step {
-                    offered: 100.0,
-                    delivered: 100.0,
-                    mean_ms,
-                    class_mean_ms,
-                    class_mean_se_ms,
-                    ..Step::default()
-                };
-                Curve { server: "circus".into(), value: l, steps: vec![step], knee: vec![] }
-            })
-            .collect();
-        let refs: Vec<&Curve> = curves.iter().collect();
-        // 0.85 x 1 + 0.14 x 2 + 0.01 x 10 = 1.23; the draw would say 1.32.
-        assert!((latency_sensitivity(&refs, &shares) - 1.23).abs() < 1e-9);
-        assert!((curves[1].light_mix_mean_ms(&shares) - (0.85 * 2.0 + 0.14 * 4.0 + 0.01 * 110.0)).abs() < 1e-9);
-        assert!((class_latency_sensitivity(&refs, 2) - 10.0).abs() < 1e-9);
-        // Each light mean's error: sqrt(0.085^2 + 0.14^2 + 0.1^2) ms; the
-        // slope's, over the points from 1 ms at 1, 10 and 40 ms.
-        let se = (0.085f64.powi(2) + 0.14f64.powi(2) + 0.1f64.powi(2)).sqrt();
-        assert!((curves[1].light_mix_mean_se_ms(&shares) - se).abs() < 1e-12);
-        let xs = [1000.0, 10_000.0, 40_000.0];
-        let mx = xs.iter().sum::<f64>() / 3.0;
-        let sxx: f64 = xs.iter().map(|x| (x - mx).powi(2)).sum();
-        let expected = xs.iter().map(|x| ((x - mx) / sxx * se * 1e3).powi(2)).sum::<f64>().sqrt();
-        assert!((latency_sensitivity_error(&refs, &shares) - expected).abs() < 1e-12);
-        // A class that drew nothing: the plain mean.
-        let mut sparse = curves[1].clone();
-        sparse.steps[0].class_mean_ms[2] = f64::NAN;
-        assert_eq!(sparse.light_mix_mean_ms(&shares), sparse.steps[0].mean_ms);
     }
 
     #[test]

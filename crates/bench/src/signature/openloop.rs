@@ -201,7 +201,7 @@ pub async fn step(target: &Target, mix: &Mix, rate: f64, duration: Duration, see
     let last = arrivals.iter().copied().fold(0.0, f64::max);
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let mean_ms = latencies.iter().map(|&d| ms(d)).sum::<f64>() / latencies.len().max(1) as f64;
-    let p95_ms = latencies.get(latencies.len() * 95 / 100).map_or(0.0, |&d| ms(d));
+    let p95_ms = p95_rank(latencies.len()).map_or(0.0, |i| ms(latencies[i]));
     let class_mean_ms = by_class.iter().map(Tally::mean).collect();
     let class_mean_se_ms = by_class.iter().map(Tally::standard_error).collect();
     let class_p95_ms = by_class.iter().map(Tally::p95).collect();
@@ -257,11 +257,17 @@ impl Tally {
     fn p95(&self) -> f64 {
         let mut sorted = self.times.clone();
         sorted.sort_unstable_by(f64::total_cmp);
-        sorted.get(sorted.len() * 95 / 100).copied().unwrap_or(f64::NAN)
+        p95_rank(sorted.len()).map_or(f64::NAN, |i| sorted[i])
     }
 }
 
-/// Counts one answer: its response time overall and in its class's sum
+/// The index of the 95th percentile in `len` sorted values, by nearest
+/// rank (the smallest value with at least 95% of them at or below it).
+fn p95_rank(len: usize) -> Option<usize> {
+    (len > 0).then(|| (len * 95).div_ceil(100) - 1)
+}
+
+/// Counts one answer: its response time overall and in its class's tally
 /// (ms), or a failure.
 fn record(
     class: usize,
@@ -349,6 +355,14 @@ mod tests {
         // Sample variance 32 / 7, over 8 answers.
         assert!((t.standard_error() - (32.0f64 / 7.0 / 8.0).sqrt()).abs() < 1e-12);
         assert_eq!(t.p95(), 9.0);
+        // Nearest rank: of 1..=20, the 19th; of 1..=100, the 95th.
+        let mut t = Tally::default();
+        (1..=20).for_each(|v| t.add(f64::from(v)));
+        assert_eq!(t.p95(), 19.0);
+        (21..=100).for_each(|v| t.add(f64::from(v)));
+        assert_eq!(t.p95(), 95.0);
+        assert_eq!(p95_rank(0), None);
+        assert_eq!(p95_rank(1), Some(0));
     }
 
     /// A server on loopback answering every request at once, but the
